@@ -1,0 +1,42 @@
+"""parallel-steps: Azure ML ParallelRunStep for Airflow and Prefect.
+
+Names are loaded on first use, so a worker process that only needs
+`EntryScript` does not pay for pydantic or pyarrow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "ParallelRunConfig": "parallel_steps.config",
+    "ParallelRunStep": "parallel_steps.step",
+    "run_step": "parallel_steps.step",
+    "FileDataset": "parallel_steps.inputs.datasets",
+    "TabularDataset": "parallel_steps.inputs.datasets",
+    "EntryScript": "parallel_steps.worker.entry_script",
+    "ParallelStepsError": "parallel_steps.errors",
+    "ConfigError": "parallel_steps.errors",
+    "InputError": "parallel_steps.errors",
+    "StepFailed": "parallel_steps.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from .config import ParallelRunConfig
+    from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
+    from .inputs.datasets import FileDataset, TabularDataset
+    from .step import ParallelRunStep, run_step
+    from .worker.entry_script import EntryScript
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'parallel_steps' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,342 @@
+"""Configuration: one validated `ParallelRunConfig` with the ParallelRunStep field names and defaults.
+
+Every value is checked when the config is built (at DAG or flow definition time),
+and errors are one line per field. `with_overrides` is the single entry for values
+that arrive as strings: Airflow params, Prefect parameters, `--set` on the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError, InputError
+from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
+
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+OUTPUT_FORMATS = {".txt": "txt", ".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
+_SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a `KB`/`MB`/`GB` string (1024-based, like ParallelRunStep)."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError
+    unit = (match.group(2) or "").upper().replace("IB", "B")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def is_size_with_unit(value: Any) -> bool:
+    return isinstance(value, str) and not value.strip().isdigit()
+
+
+class ParallelRunConfig(BaseModel):
+    """The configuration of one parallel step; field names and defaults follow ParallelRunStep.
+
+    Example:
+        >>> config = ParallelRunConfig(entry_script="score.py", inputs=["data/images"],
+        ...                            output="out", mini_batch_size=10)
+        >>> config.with_overrides(mini_batch_size="5").mini_batch_size
+        5
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # The step and its data.
+    name: str = Field("parallel-run", description="Step name: 3-32 characters, lowercase letters, digits and '-'.")
+    entry_script: str | None = Field(None, description="The user script with init() and run(mini_batch).")
+    source_directory: str | None = Field(None, description="Folder put on sys.path in workers; entry_script is relative to it.")
+    inputs: list[Dataset] = Field(default_factory=list, description="Datasets to partition (one type): paths, FileDataset or TabularDataset.")
+    output: str | None = Field(None, description="Output folder; default <run_dir>/output.")
+    side_inputs: dict[str, str] = Field(default_factory=dict, description="name: path of data every worker can read; ${side_inputs.name} in arguments becomes its local path.")
+    arguments: list[str] = Field(default_factory=list, description="Arguments passed to the entry script in sys.argv.")
+    environment_variables: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every worker.")
+
+    # Partitioning.
+    mini_batch_size: int | str | None = Field(None, description="Files per mini-batch (default 10), or bytes per mini-batch for tabular input (default 1MB; 1024, 512KB, 10MB, 1GB).")
+    partition_keys: list[str] | None = Field(None, description="Key columns: one mini-batch per distinct key combination (tabular input).")
+
+    # Outcome and thresholds.
+    error_threshold: int = Field(-1, ge=-1, description="Failed items tolerated before the job fails; -1 ignores all failed items.")
+    mini_batch_error_threshold: int = Field(-1, ge=-1, description="Failed mini-batches tolerated before the job fails; -1 ignores them.")
+    allowed_failed_percent: float = Field(100, ge=0, le=100, description="Percent of mini-batches allowed to fail (0-100).")
+    output_action: Literal["append_row", "summary_only"] = Field("append_row", description="append_row: gather every returned row in one file; summary_only: only count results.")
+    append_row_file_name: str = Field("parallel_run_step.txt", description="Output file name; its extension sets the format (.txt, .csv, .parquet, .jsonl).")
+
+    # Workers.
+    node_count: int = Field(1, ge=1, description="Number of nodes.")
+    process_count_per_node: int | None = Field(None, ge=1, description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count.")
+    logging_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field("INFO", description="Level of the root logger in workers.")
+    run_invocation_timeout: float = Field(60, gt=0, description="Seconds one run() call may take before the worker is killed and the attempt fails.")
+    run_max_try: int = Field(3, ge=1, description="Attempts per mini-batch, the first included.")
+    allow_reuse: bool = Field(True, description="Reuse results of an earlier run with the same inputs, script and settings.")
+    reuse_fingerprint: Literal["stat", "content"] = Field("stat", description="How inputs are fingerprinted for reuse: path, size and modification time, or content hash.")
+
+    # Fault tolerance and observability.
+    fault_tolerant_policy: Literal["OnFailure", "ExitCodeAndErrorMsg", "Never"] = Field("OnFailure", description="Which failed attempts are retried: any, only retryable errors, or none.")
+    retryable_errors: list[str] = Field(default_factory=list, description="Substrings or regexes of retryable errors (ExitCodeAndErrorMsg).")
+    retryable_exit_codes: list[int] = Field(default_factory=list, description="Worker exit codes that are retryable (ExitCodeAndErrorMsg).")
+    max_same_error: int = Field(-1, ge=-1, description="Stop the job once the same error has failed this many mini-batches; -1 off.")
+    max_tolerated_failure_rate: float = Field(-1, ge=-1, le=1, description="Fail the job once this fraction of finished mini-batches failed (0-1); -1 off.")
+    max_job_restarts: int = Field(0, ge=0, description="Restarts of the step after a system error of the driver.")
+    hang_detection: bool = Field(True, description="Fail the job when no mini-batch completes within progress_update_timeout.")
+    progress_update_timeout: float | None = Field(None, gt=0, description="Seconds without a completed mini-batch before the job fails; default 3 x (run_invocation_timeout + 30).")
+    first_task_creation_timeout: float = Field(600, gt=0, description="Seconds allowed until the first mini-batch is handed to a worker.")
+    worker_memory_limit: int | str | None = Field(None, description="A worker above this memory (bytes or 4GB) is stopped and the attempt fails as OutOfMemory.")
+    resource_monitor_interval: float = Field(600, ge=0, description="Seconds between resource usage samples in logs/perf; 0 turns it off.")
+    profiling_module: Literal["cProfile"] | None = Field(None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker.")
+
+    # Execution.
+    backend: Literal["local", "ray"] = Field("local", description="local: worker processes on this machine; ray: Ray actors across a cluster.")
+    ray_address: str | None = Field(None, description="Ray cluster address (default RAY_ADDRESS, else a local Ray started for the run).")
+    run_root: str | None = Field(None, description="Folder of run directories; default PARALLEL_STEPS_HOME or ./.parallel_steps.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not 3 <= len(value) <= 32 or not re.match(NAME_PATTERN, value):
+            raise ValueError(f"{value!r} is not a valid step name (3-32 characters matching {NAME_PATTERN})")
+        return value
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _inputs(cls, value: Any) -> list[Dataset]:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [ensure_dataset(item) for item in items]
+
+    @field_validator("side_inputs", mode="before")
+    @classmethod
+    def _side_inputs(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, (list, tuple)):
+            return {Path(os.fspath(p)).name: os.fspath(p) for p in value}
+        return value or {}
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments(cls, value: Any) -> list[str]:
+        return [str(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    @field_validator("environment_variables", mode="before")
+    @classmethod
+    def _environment(cls, value: Any) -> Any:
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    @field_validator("partition_keys", mode="before")
+    @classmethod
+    def _partition_keys(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else (value or None)
+
+    @field_validator("logging_level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("mini_batch_size", "worker_memory_limit", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return None
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        try:
+            size = parse_size(value)
+        except (ValueError, TypeError):
+            raise ValueError(f"{value!r} is not a size ({_SIZE_HINT})") from None
+        if size < 1:
+            raise ValueError(f"{value!r} must be at least 1")
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("append_row_file_name")
+    @classmethod
+    def _output_file(cls, value: str) -> str:
+        if Path(value).name != value or Path(value).suffix.lower() not in OUTPUT_FORMATS:
+            raise ValueError(f"{value!r} must be a file name ending in {', '.join(OUTPUT_FORMATS)}")
+        return value
+
+    @field_validator("retryable_errors")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regex ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ParallelRunConfig:
+        kinds = {type(d) for d in self.inputs}
+        if len(kinds) > 1:
+            raise ConfigError("inputs", "mixes files and tabular datasets", "use one type per step")
+        if FileDataset in kinds and is_size_with_unit(self.mini_batch_size):
+            raise ConfigError("mini_batch_size", f"{self.mini_batch_size!r} is a size but the inputs are files",
+                              "use a file count, e.g. 10")
+        if self.partition_keys and FileDataset in kinds:
+            raise ConfigError("partition_keys", "needs tabular inputs", "use TabularDataset")
+        return self
+
+    # Derived values -------------------------------------------------------
+
+    @property
+    def is_tabular(self) -> bool:
+        return any(isinstance(d, TabularDataset) for d in self.inputs)
+
+    @property
+    def batch_size(self) -> int:
+        """Files per mini-batch, or bytes per mini-batch for tabular inputs."""
+        if self.mini_batch_size is None:
+            return parse_size("1MB") if self.is_tabular else 10
+        return parse_size(self.mini_batch_size)
+
+    @property
+    def output_format(self) -> str:
+        return OUTPUT_FORMATS[Path(self.append_row_file_name).suffix.lower()]
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        return None if self.worker_memory_limit is None else parse_size(self.worker_memory_limit)
+
+    @property
+    def progress_timeout(self) -> float:
+        return self.progress_update_timeout or 3 * (self.run_invocation_timeout + 30)
+
+    def resolved_run_root(self) -> Path:
+        return Path(self.run_root or os.environ.get("PARALLEL_STEPS_HOME") or ".parallel_steps").absolute()
+
+    # Construction from strings, files and overrides ------------------------
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ParallelRunConfig:
+        """A config from loose values (strings from templates, forms and flags are coerced)."""
+        unknown = sorted(set(data) - set(cls.model_fields))
+        if unknown:
+            raise ConfigError(unknown[0], "is not a configuration field", "valid: " + ", ".join(cls.model_fields))
+        return cls(**{key: _coerce(cls, key, value) for key, value in data.items()})
+
+    def with_overrides(self, **params: Any) -> ParallelRunConfig:
+        """A new validated config with `params` replacing fields; strings such as "5", "true",
+        "1MB" or '["a", "b"]' are coerced, so values from templates and forms work."""
+        if not params:
+            return self
+        base = self.model_dump(exclude_unset=True)
+        base["inputs"] = self.inputs
+        return type(self).from_dict({**base, **params})
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> ParallelRunConfig:
+        """A config from a step file; relative paths are relative to the file's folder."""
+        file = Path(path)
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except FileNotFoundError:
+            raise InputError(str(path), "step file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(str(path), f"cannot read step file ({exc})") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise InputError(str(path), f"not valid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise InputError(str(path), "a step file must be a mapping of configuration fields")
+        return cls.from_dict({**resolve_paths(data, file.absolute().parent), **overrides})
+
+
+_PATH_FIELDS = ("entry_script", "source_directory", "output", "run_root")
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Make the relative paths of a step file relative to `base` (URLs are left alone)."""
+
+    def absolute(path: Any) -> Any:
+        if not isinstance(path, str) or "://" in path or os.path.isabs(path):
+            return path
+        return str(base / path)
+
+    data = dict(data)
+    for key in _PATH_FIELDS:
+        if key in data and not (key == "entry_script" and data.get("source_directory")):
+            data[key] = absolute(data[key])
+    if isinstance(data.get("side_inputs"), dict):
+        data["side_inputs"] = {k: absolute(v) for k, v in data["side_inputs"].items()}
+    if "inputs" in data:
+        items = data["inputs"] if isinstance(data["inputs"], list) else [data["inputs"]]
+        data["inputs"] = [_resolve_input(item, absolute) for item in items]
+    return data
+
+
+def _resolve_input(item: Any, absolute) -> Any:
+    if isinstance(item, str):
+        return absolute(item)
+    if isinstance(item, dict) and "path" in item:
+        paths = item["path"]
+        item = {**item, "path": [absolute(p) for p in paths] if isinstance(paths, list) else absolute(paths)}
+    return item
+
+
+def _coerce(cls: type[BaseModel], key: str, value: Any) -> Any:
+    """Parse a string aimed at a list, dict or optional field (JSON or YAML flow syntax)."""
+    if not isinstance(value, str):
+        return value
+    annotation = str(cls.model_fields[key].annotation)
+    if any(t in annotation for t in ("list", "dict")) and key != "inputs":
+        text = value.strip()
+        if not text:
+            return None if "None" in annotation else ([] if "list" in annotation else {})
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError:
+            parsed = text
+        if "list" in annotation and not isinstance(parsed, list):
+            parsed = [s.strip() for s in text.split(",")] if key != "arguments" else text.split()
+        return parsed
+    if key == "inputs":
+        return [s.strip() for s in value.split(",")] if "," in value else value
+    if value.strip().lower() in ("", "none", "null") and "None" in annotation:
+        return None
+    return value
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """One line naming each bad field, from pydantic's errors."""
+    problems = []
+    for error in exc.errors():
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, ConfigError):
+            return cause
+        field = next((str(p) for p in error["loc"] if isinstance(p, str)), "config")
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "is not a configuration field (valid: " + ", ".join(ParallelRunConfig.model_fields) + ")"
+        elif error["type"] == "literal_error":
+            message = f"{error['input']!r} is not one of {message.removeprefix('Input should be ')}"
+        elif error["type"] not in ("value_error", "assertion_error"):
+            message = f"{error['input']!r} is not valid ({message[0].lower() + message[1:]})"
+        problems.append((field, message))
+    error = ConfigError(*problems[0])
+    if len(problems) > 1:
+        error.args = ("; ".join(f"{f}: {m}" for f, m in problems),)
+    return error
+
+
+def dump_json(config: ParallelRunConfig) -> dict[str, Any]:
+    """The effective configuration as plain JSON data (for run.json and summaries)."""
+    return json.loads(config.model_dump_json())

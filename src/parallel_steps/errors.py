@@ -1,0 +1,43 @@
+"""The error family. User errors are one line: `<field or file>: <what is wrong> (<what works>)`.
+
+What happens to a single mini-batch (script error, crash, timeout) is recorded in
+the ledger, never raised between layers; only the step's outcome is raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ParallelStepsError(Exception):
+    """Base of every error parallel-steps raises on purpose."""
+
+
+class ConfigError(ParallelStepsError, ValueError):
+    """An invalid configuration value; raised before any worker starts."""
+
+    def __init__(self, field: str, problem: str, hint: str | None = None):
+        self.field, self.problem, self.hint = field, problem, hint
+        super().__init__(f"{field}: {problem}" + (f" ({hint})" if hint else ""))
+
+
+class InputError(ParallelStepsError):
+    """A missing, unreadable or malformed input, side input or entry script file."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}")
+
+
+class StepFailed(ParallelStepsError):
+    """The step ran and ended Failed or Canceled; `summary` is the run summary."""
+
+    def __init__(self, summary: dict[str, Any]):
+        self.summary = summary
+        super().__init__(f"{summary.get('status')}: {summary.get('status_reason')}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The one line a user sees for an error: the message, else the exception type."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

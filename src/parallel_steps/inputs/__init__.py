@@ -1,0 +1,1 @@
+"""Inputs layer: datasets, the planner that splits them into mini-batches, and loaders."""

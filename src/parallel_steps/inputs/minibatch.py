@@ -1,0 +1,45 @@
+"""The mini-batch descriptor: small, picklable, and cheap to import (workers import it)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class MiniBatch:
+    """One unit of work: which data `run()` gets, not the data itself.
+
+    `kind` is `files`, `csv`, `jsonl`, `parquet` or `keys`. Byte ranges (`start`,
+    `end`) are aligned to record boundaries; `items` is None where only reading tells.
+    """
+
+    index: int
+    kind: str
+    paths: tuple[str, ...]
+    fingerprint: str
+    nbytes: int
+    items: int | None
+    start: int = 0
+    end: int | None = None
+    row_groups: tuple[int, ...] | None = None
+    keys: tuple[Any, ...] | None = None
+    read: dict[str, Any] | None = None  # read options, plan-time schema, key columns
+
+    @property
+    def id(self) -> int:
+        return self.index
+
+    def describe(self) -> str:
+        """A short human description: the files, or the file and the piece of it."""
+        if self.kind == "files":
+            first = self.paths[0]
+            return first if len(self.paths) == 1 else f"{first} .. {os.path.basename(self.paths[-1])} ({len(self.paths)} files)"
+        if self.kind == "keys":
+            return f"{dict(zip(self.read['key_columns'], self.keys))} in {len(self.paths)} file(s)"
+        if self.row_groups is not None:
+            return f"{self.paths[0]} row groups {self.row_groups[0]}-{self.row_groups[-1]}"
+        if self.end is not None:
+            return f"{self.paths[0]} bytes {self.start}-{self.end}"
+        return self.paths[0]

@@ -1,0 +1,236 @@
+"""The planner: datasets -> a stream of small `MiniBatch` descriptors, in a deterministic order.
+
+Nothing here holds one object per input item for the whole input: files are listed
+one folder at a time and grouped as they come. A descriptor names data (paths, a
+byte range, row groups or key values); the worker reads the data itself.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError, first_line
+from .datasets import Dataset, FileDataset, TabularDataset
+from .minibatch import MiniBatch
+from .tables import plan_schema, read_table, record_boundaries
+
+_GLOB_CHARS = set("*?[")
+_IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
+_SCAN_BLOCK = 1 << 20
+
+
+@dataclass
+class Planner:
+    """Splits datasets into mini-batches.
+
+    Args:
+        datasets: the step's inputs (one type).
+        batch_size: files per mini-batch, or bytes per mini-batch for tabular data.
+        partition_keys: key columns; one mini-batch per distinct key combination.
+        fingerprint: `stat` (path, size, mtime) or `content` (sha256 of the bytes).
+    """
+
+    datasets: list[Dataset]
+    batch_size: int
+    partition_keys: list[str] | None = None
+    fingerprint: str = "stat"
+    notes: list[str] = field(default_factory=list)
+
+    def mini_batches(self) -> Iterator[MiniBatch]:
+        index = 0
+        for dataset in self.datasets:
+            if isinstance(dataset, FileDataset):
+                pieces = self._file_batches(dataset)
+            elif self.partition_keys:
+                pieces = self._key_batches(dataset)
+            else:
+                pieces = self._tabular_batches(dataset)
+            for piece in pieces:
+                yield MiniBatch(index=index, **piece)
+                index += 1
+
+    # Files ---------------------------------------------------------------
+
+    def _file_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
+        group: list[tuple[str, os.stat_result]] = []
+        for path, stat in iter_files(dataset.path):
+            group.append((path, stat))
+            if len(group) == self.batch_size:
+                yield self._files_piece(group)
+                group = []
+        if group:
+            yield self._files_piece(group)
+
+    def _files_piece(self, group: list[tuple[str, os.stat_result]]) -> dict[str, Any]:
+        digest = hashlib.sha1()
+        for path, stat in group:
+            digest.update(self._file_identity(path, stat))
+        return dict(kind="files", paths=tuple(p for p, _ in group), items=len(group),
+                    nbytes=sum(s.st_size for _, s in group), fingerprint=digest.hexdigest())
+
+    def _file_identity(self, path: str, stat: os.stat_result) -> bytes:
+        return file_identity(path, stat, self.fingerprint)
+
+    def _piece_fingerprint(self, path: str, stat: os.stat_result, dataset: TabularDataset, *extra: Any) -> str:
+        ident = self._file_identity(path, stat) + repr((dataset.read_options, extra)).encode()
+        return hashlib.sha1(ident).hexdigest()
+
+    # Tabular -------------------------------------------------------------
+
+    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, os.stat_result, str]]:
+        for path, stat in iter_files(dataset.path, skip_hidden=True):
+            try:
+                fmt = dataset.format_of(path)
+            except ValueError as exc:
+                raise InputError(path, str(exc).split(": ", 1)[-1]) from None
+            yield path, stat, fmt
+
+    def _tabular_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+        for path, stat, fmt in self._tabular_files(dataset):
+            if fmt == "parquet":
+                yield from self._parquet_pieces(path, stat, dataset)
+            elif stat.st_size <= self.batch_size:
+                yield dict(kind=fmt, paths=(path,), items=None, nbytes=stat.st_size,
+                           fingerprint=self._piece_fingerprint(path, stat, dataset),
+                           read=dict(options=dataset.read_options))
+            else:
+                yield from self._text_pieces(path, stat, fmt, dataset)
+
+    def _parquet_pieces(self, path: str, stat: os.stat_result, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+            raise InputError(path, f"not a readable Parquet file ({first_line(exc)})") from None
+        groups = [(i, meta.row_group(i).total_byte_size, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
+        wanted = -(-stat.st_size // self.batch_size)
+        if 1 < wanted and len(groups) < wanted:
+            self.notes.append(f"{path}: {len(groups)} row group(s) for about {wanted} mini-batches of "
+                              f"{self.batch_size} bytes; rewrite it with smaller row groups to split it further")
+        pieces, current = [], []
+        for group in groups:
+            current.append(group)
+            if sum(g[1] for g in current) >= self.batch_size:
+                pieces.append(current)
+                current = []
+        if current or not pieces:
+            pieces.append(current)
+        for piece in pieces:
+            ids = tuple(g[0] for g in piece)
+            yield dict(kind="parquet", paths=(path,), row_groups=ids, items=sum(g[2] for g in piece),
+                       nbytes=sum(g[1] for g in piece), read=dict(options={}),
+                       fingerprint=self._piece_fingerprint(path, stat, dataset, ids))
+
+    def _text_pieces(self, path: str, stat: os.stat_result, fmt: str, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+        """Byte ranges of a CSV or JSON lines file, each ending at a record boundary."""
+        options = dataset.read_options
+        quote = options.get("quote_char", '"') if fmt == "csv" else None
+        quote = quote.encode() if quote else None
+        try:
+            bounds = record_boundaries(path, stat.st_size, self.batch_size, quote)
+            schema = plan_schema(path, fmt, options, bounds[1], quote)
+        except OSError as exc:
+            raise InputError(path, f"cannot read ({exc.strerror})") from None
+        except Exception as exc:  # pyarrow's parse errors
+            raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
+        read = dict(options=options, schema=schema)
+        for start, end in zip(bounds, bounds[1:]):
+            yield dict(kind=fmt, paths=(path,), start=start, end=end, items=None, nbytes=end - start, read=read,
+                       fingerprint=self._piece_fingerprint(path, stat, dataset, start, end))
+
+    def _key_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+        """One mini-batch per distinct combination of `partition_keys` across the dataset."""
+        keys = list(self.partition_keys or [])
+        combos: dict[tuple, list] = {}
+        identity = hashlib.sha1()
+        for path, stat, fmt in self._tabular_files(dataset):
+            identity.update(self._file_identity(path, stat))
+            table = read_table(path, fmt, dataset.read_options, columns=keys)
+            counts = table.group_by(keys).aggregate([([], "count_all")])
+            for row in counts.to_pylist():
+                entry = combos.setdefault(tuple(row[k] for k in keys), [0, [], [], 0])
+                entry[0] += row["count_all"]
+                entry[1].append(path)
+                entry[2].append(fmt)
+                entry[3] += stat.st_size
+        for combo in sorted(combos, key=_nulls_last):
+            rows, paths, formats, nbytes = combos[combo]
+            fingerprint = hashlib.sha1(identity.digest() + repr((keys, combo, dataset.read_options)).encode()).hexdigest()
+            read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats))
+            yield dict(kind="keys", paths=tuple(paths), keys=combo, items=rows, nbytes=nbytes,
+                       read=read, fingerprint=fingerprint)
+
+
+def _nulls_last(combo: tuple) -> tuple:
+    return tuple((value is None, 0 if value is None else value) for value in combo)
+
+
+# Listing -----------------------------------------------------------------
+
+
+def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order."""
+    for spec in paths:
+        found = False
+        if _GLOB_CHARS & set(spec):
+            for match in sorted(glob.iglob(spec, recursive=True)):
+                for item in _walk(match, skip_hidden):
+                    found = True
+                    yield item
+            if not found:
+                raise InputError(spec, "matches no files")
+            continue
+        if not os.path.lexists(spec):
+            raise InputError(spec, "no such file or folder")
+        for item in _walk(spec, skip_hidden):
+            found = True
+            yield item
+        if not found:
+            raise InputError(spec, "folder has no files")
+
+
+def _walk(path: str, skip_hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
+    """Files under `path` in name order; holds one folder's names at a time, not the whole tree."""
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot read ({exc.strerror})") from None
+    if not os.path.isdir(path):
+        if not os.access(path, os.R_OK):
+            raise InputError(path, "permission denied")
+        yield path, stat
+        return
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise InputError(path, f"cannot list folder ({exc.strerror})") from None
+    for name in names:
+        if skip_hidden and name.startswith(_IGNORED_PREFIXES):
+            continue
+        yield from _walk(os.path.join(path, name), skip_hidden)
+
+
+def file_identity(path: str, stat: os.stat_result, mode: str, name: str | None = None) -> bytes:
+    """What identifies a file's content for reuse: its size and mtime, or (mode `content`) its hash."""
+    if mode == "content":
+        return f"{name or path}\0{content_hash(path)}\n".encode()
+    return f"{name or path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+
+
+def content_hash(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while block := file.read(_SCAN_BLOCK):
+                digest.update(block)
+    except OSError as exc:
+        raise InputError(path, f"cannot read ({exc.strerror})") from None
+    return digest.hexdigest()
+
+

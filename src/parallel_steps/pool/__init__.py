@@ -1,0 +1,1 @@
+"""Worker pools: the interface and its local (processes) and Ray (actors) implementations."""

@@ -1,0 +1,323 @@
+"""The local worker pool: worker processes on this machine, supervised from one loop.
+
+    driver ──submit──▶ LocalWorkerPool ──(duplex pipe per worker)──▶ worker process
+       ▲                   │  waits on: every pipe, every pidfd sentinel,
+       └── next_event ◀────┘  a wakeup pipe; timeout = the nearest deadline
+
+One owner, one loop, no locks: only the pool holds the worker handles. A
+sentinel (pidfd) fires the moment a worker dies, and maps to exactly the one
+mini-batch it held. `node_count > 1` simulates nodes on one machine.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+import psutil
+
+from ..inputs.minibatch import MiniBatch
+from ..store.logs import WorkerLogPaths
+from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
+                   WorkerInfo, WorkerPool, node_id_of)
+
+_DUMP_GRACE_S = 1.0   # time a hung worker gets to write its stacks before SIGKILL
+_MEMORY_CHECK_S = 1.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass
+class _Handle:
+    """One worker process and what it holds (only the pool's loop touches it)."""
+
+    info: WorkerInfo
+    process: subprocess.Popen
+    conn: Connection | None
+    sentinel: int
+    logs: WorkerLogPaths
+    state: str = "starting"            # starting | idle | busy | stopping | gone
+    mini_batch: MiniBatch | None = None
+    attempt: int = 0
+    timeout: float | None = None
+    deadline: float | None = None
+    kill_at: float | None = None
+    kill_reason: str | None = None
+    kill_detail: str = ""
+    peak_rss: int = 0
+
+
+class LocalWorkerPool(WorkerPool):
+    """`node_count x process_count_per_node` worker processes on this machine."""
+
+    def __init__(self, settings: PoolSettings):
+        super().__init__(settings)
+        self._handles: dict[str, _Handle] = {}
+        self._events: collections.deque[Event] = collections.deque()
+        self._next_process: dict[int, int] = collections.defaultdict(int)
+        self._free_gpus = {n: list(settings.gpu_ids) for n in range(settings.node_count)}
+        self._wakeup_r, self._wakeup_w = os.pipe()
+        self._next_memory_check = 0.0
+        self._closed = False
+
+    # Starting workers -----------------------------------------------------------------
+
+    def start(self) -> None:
+        for node in range(self.settings.node_count):
+            for slot in range(self.settings.process_count_per_node):
+                self._spawn(node, slot)
+
+    def _spawn(self, node: int, slot: int) -> None:
+        node_id = node_id_of(node)
+        process_name = f"process{self._next_process[node]:03d}"
+        self._next_process[node] += 1
+        gpus = self._free_gpus[node]
+        gpu = gpus.pop(0) if gpus else None
+        spec = self.settings.make_spec(node, node_id, process_name)
+        env = {**os.environ, **self.settings.worker_environment(node, process_name, gpu)}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        parent_end, child_end = Pipe(duplex=True)
+        with open(spec.logs.stdout, "ab") as stdout, open(spec.logs.stderr, "ab") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "parallel_steps.pool.local_worker", str(child_end.fileno()), str(os.getpid())],
+                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                env=env, start_new_session=True)  # its own process group: killpg reaches its children
+        child_end.close()
+        parent_end.send(spec)
+        info = WorkerInfo(id=f"{node_id}/{process_name}", node_index=node, node_id=node_id,
+                          process_name=process_name, slot=slot, pid=process.pid, gpu=gpu)
+        self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs)
+
+    def replace(self, worker: WorkerInfo) -> None:
+        self._check_open()
+        self._spawn(worker.node_index, worker.slot)
+
+    # Feeding and waiting ----------------------------------------------------------------
+
+    def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
+        self._check_open()
+        handle = self._handles[worker.id]
+        if handle.state != "idle":
+            raise RuntimeError(f"worker {worker.id} is {handle.state}, not idle")
+        handle.state, handle.mini_batch, handle.attempt = "busy", mini_batch, attempt
+        handle.timeout = timeout
+        handle.deadline = time.monotonic() + timeout if timeout else None
+        try:
+            handle.conn.send(("run", mini_batch, attempt))
+        except OSError:
+            pass  # it died just now; its sentinel reports the loss with this mini-batch
+
+    def wakeup(self) -> None:
+        """Make a waiting `next_event` return (safe from signal handlers and other threads)."""
+        os.write(self._wakeup_w, b"x")
+
+    def next_event(self, timeout: float) -> Event | None:
+        end = time.monotonic() + timeout
+        while not self._events:
+            now = time.monotonic()
+            self._enforce_deadlines(now)
+            if self._events:
+                break
+            wait_for = min(end, self._next_wakeup(now)) - now
+            if end <= now:
+                return None
+            ready = wait(self._waitables(), timeout=max(0.0, wait_for))
+            for obj in ready:
+                self._handle_ready(obj)
+        return self._events.popleft()
+
+    def _waitables(self) -> list:
+        objs: list = [self._wakeup_r]
+        for handle in self._handles.values():
+            if handle.state != "gone":
+                objs.append(handle.sentinel)
+                if handle.conn is not None:
+                    objs.append(handle.conn)
+        return objs
+
+    def _next_wakeup(self, now: float) -> float:
+        times = [now + 3600]
+        for handle in self._handles.values():
+            times += [t for t in (handle.deadline, handle.kill_at) if t is not None]
+        if self.settings.memory_limit and any(h.state == "busy" for h in self._handles.values()):
+            times.append(self._next_memory_check)
+        return min(times)
+
+    def _handle_ready(self, obj) -> None:
+        if obj == self._wakeup_r:
+            os.read(self._wakeup_r, 4096)
+            return
+        for handle in list(self._handles.values()):
+            if obj is handle.conn:
+                self._receive(handle)
+                return
+            if obj == handle.sentinel and handle.state != "gone":
+                self._reap(handle)
+                return
+
+    def _receive(self, handle: _Handle) -> None:
+        try:
+            message = handle.conn.recv()
+        except (EOFError, OSError):
+            handle.conn.close()
+            handle.conn = None  # the sentinel tells the rest
+            return
+        kind = message[0]
+        if kind == "ready":
+            handle.state = "idle"
+            self._events.append(Ready(handle.info))
+        elif kind == "init_failed":
+            handle.state = "stopping"
+            self._events.append(InitFailed(handle.info, message[1]))
+        elif kind == "loaded":
+            self._events.append(ItemsLoaded(handle.info, message[1], message[2]))
+        elif kind == "hang_timeout":
+            self._set_hang_timeout(handle, message[1])
+        elif kind == "result" and handle.state == "busy":
+            mini_batch, attempt = handle.mini_batch, handle.attempt
+            handle.state, handle.mini_batch, handle.deadline = "idle", None, None
+            self._events.append(Finished(handle.info, mini_batch, attempt, message[2]))
+
+    def _set_hang_timeout(self, handle: _Handle, seconds: float | None) -> None:
+        if handle.state != "busy":
+            return
+        if seconds is not None and seconds < 0:
+            seconds = handle.timeout
+        handle.deadline = time.monotonic() + seconds if seconds else None
+        self._events.append(HangTimeoutChanged(handle.info, seconds))
+
+    # Losing workers ---------------------------------------------------------------------
+
+    def _enforce_deadlines(self, now: float) -> None:
+        for handle in self._handles.values():
+            if handle.kill_at is not None and now >= handle.kill_at:
+                handle.kill_at = None
+                _kill_group(handle.process.pid)
+            elif handle.state == "busy" and handle.deadline is not None and now >= handle.deadline:
+                handle.deadline = None
+                self._dump_and_kill(handle, "timed_out",
+                                    f"run() exceeded {handle.timeout:g} s on mini-batch {handle.mini_batch.index}")
+        if self.settings.memory_limit and now >= self._next_memory_check:
+            self._next_memory_check = now + _MEMORY_CHECK_S
+            self._check_memory()
+
+    def _dump_and_kill(self, handle: _Handle, reason: str, detail: str) -> None:
+        """Write the worker's Python stacks (faulthandler) to its error log, then kill it after a grace."""
+        handle.kill_reason, handle.kill_detail = reason, detail
+        try:
+            with open(handle.logs.error, "a", encoding="utf-8") as log:
+                log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {detail}; stacks of every thread:\n")
+            os.kill(handle.process.pid, signal.SIGUSR1)
+            handle.kill_at = time.monotonic() + _DUMP_GRACE_S
+        except ProcessLookupError:
+            pass
+
+    def _check_memory(self) -> None:
+        limit = self.settings.memory_limit
+        for handle in self._handles.values():
+            if handle.state != "busy" or handle.kill_reason:
+                continue
+            rss = _tree_rss(handle.process.pid)
+            handle.peak_rss = max(handle.peak_rss, rss)
+            if rss > limit:
+                handle.kill_reason = "out_of_memory"
+                handle.kill_detail = f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
+                _kill_group(handle.process.pid)
+
+    def _reap(self, handle: _Handle) -> None:
+        """The worker process exited: free its slot and GPU, and say what it held."""
+        exit_code = handle.process.wait()
+        _kill_group(handle.process.pid)  # anything it started
+        previous = handle.state
+        handle.state = "gone"
+        if handle.conn is not None:
+            handle.conn.close()
+            handle.conn = None
+        os.close(handle.sentinel)
+        if handle.info.gpu is not None:
+            gpus = self._free_gpus[handle.info.node_index]
+            gpus.append(handle.info.gpu)
+            gpus.sort(key=self.settings.gpu_ids.index)
+        del self._handles[handle.info.id]
+        if self._closed or previous == "stopping":
+            return
+        if previous == "starting":
+            self._events.append(InitFailed(handle.info, f"worker exited with {exit_name(exit_code)} during init()"
+                                           f"{_stderr_tail(handle)}"))
+            return
+        reason = handle.kill_reason or "crashed"
+        detail = handle.kill_detail or f"worker exited with {exit_name(exit_code)}{_stderr_tail(handle)}"
+        self._events.append(Lost(handle.info, handle.mini_batch, handle.attempt, reason, exit_code, detail))
+
+    # Closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ask idle workers to stop (shutdown() runs), then kill whatever is left after the grace period."""
+        if self._closed:
+            return
+        self._closed = True
+        for handle in self._handles.values():
+            if handle.conn is not None and handle.state == "idle":
+                try:
+                    handle.conn.send(("stop",))
+                except OSError:
+                    pass
+            else:
+                _kill_group(handle.process.pid)
+        deadline = time.monotonic() + self.settings.shutdown_timeout
+        for handle in list(self._handles.values()):
+            try:
+                handle.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._dump_and_kill(handle, "exit_hang", f"shutdown() did not finish within {self.settings.shutdown_timeout:g} s")
+                time.sleep(_DUMP_GRACE_S)
+                _kill_group(handle.process.pid)
+                handle.process.wait()
+            _kill_group(handle.process.pid)
+            self._reap(handle)
+        os.close(self._wakeup_r)
+        os.close(self._wakeup_w)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tree_rss(pid: int) -> int:
+    try:
+        process = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
+def _stderr_tail(handle: _Handle, lines: int = 5) -> str:
+    try:
+        with open(handle.logs.stderr, "rb") as file:
+            file.seek(max(0, file.seek(0, 2) - 4096))
+            tail = file.read().decode("utf-8", "replace").strip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return (": " + " | ".join(tail)) if tail else ""
+
+
+def exit_name(code: int | None) -> str:
+    """An exit code as people read it: `exit code 1`, or the signal, e.g. `SIGKILL(-9)`."""
+    if code is None:
+        return "an unknown exit code"
+    if code < 0:
+        try:
+            return f"{signal.Signals(-code).name}({code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,390 @@
+"""The step API: `run_step(config)` and `ParallelRunStep`, the one entry every integration calls.
+
+A run goes: check everything that can be checked (nothing is written on a user
+error) -> plan into the run's ledger, taking finished results from earlier runs
+-> reuse the whole step, or run the rest on a worker pool -> assemble the output
+-> write the summary. Integrations only map their engine onto this.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import ParallelRunConfig, dump_json
+from .driver import Counters, Driver, EventCallback, ProgressCallback
+from .errors import ConfigError, InputError, StepFailed
+from .inputs.planner import Planner
+from .pool.base import PoolSettings, WorkerPool
+from .resources import default_process_count, gpu_ids
+from .reuse import code_key, step_key
+from .store.ledger import Ledger
+from .store.logs import RunLogs, timestamp
+from .store.output import assemble, link_or_copy
+from .store.runs import RunIndex, key_lock, new_run_id, read_summary, write_summary
+from .worker.runtime import WorkerSpec
+
+_SIDE_INPUT_REF = re.compile(r"\$\{side_inputs\.([A-Za-z0-9_.-]+)\}")
+_REUSE_SOURCES = 5        # earlier runs whose finished mini-batches a run looks up
+_PLAN_CHUNK = 1000
+
+
+def run_step(config: ParallelRunConfig, *, run_dir: str | os.PathLike | None = None, run_id: str | None = None,
+             on_progress: ProgressCallback | None = None, on_event: EventCallback | None = None,
+             cancel: threading.Event | None = None, entry_callables: bytes | None = None) -> dict[str, Any]:
+    """Run one parallel step to its end and return the run summary.
+
+    Args:
+        config: the step's configuration.
+        run_dir: the run directory; a rerun in the same directory resumes it (default: a new
+            directory under the run root).
+        run_id: the id of a new run (default: generated from the step name).
+        on_progress: called with a progress snapshot every few seconds and at the end.
+        on_event: called with job events (started, mini-batch failed, worker replaced, ...).
+        cancel: set it to stop the run; the summary then says `Canceled`.
+        entry_callables: cloudpickled `{"init": f, "run": g, "shutdown": h}` used instead of `entry_script`.
+
+    Raises:
+        ConfigError, InputError: before anything is written.
+        StepFailed: the run ended Failed or Canceled; `.summary` is the run summary.
+    """
+    return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
+
+
+class ParallelRunStep:
+    """A ParallelRunStep: a configuration plus the step's data, run with `.run()`.
+
+    Args:
+        name: the step name.
+        parallel_run_config: a `ParallelRunConfig` (or pass its fields as keywords).
+        inputs, output, side_inputs, arguments, allow_reuse: as in ParallelRunStep.
+
+    Example:
+        >>> step = ParallelRunStep(name="score-digits", entry_script="score.py",
+        ...                        inputs=["data/images"], output="out", mini_batch_size=10)
+        >>> summary = step.run()
+    """
+
+    def __init__(self, name: str | None = None, parallel_run_config: ParallelRunConfig | None = None,
+                 inputs: Any = None, output: str | None = None, side_inputs: Any = None,
+                 arguments: list[Any] | None = None, allow_reuse: bool | None = None, **fields: Any):
+        given = dict(name=name, inputs=inputs, output=output, side_inputs=side_inputs,
+                     arguments=arguments, allow_reuse=allow_reuse, **fields)
+        given = {k: v for k, v in given.items() if v is not None}
+        base = parallel_run_config or ParallelRunConfig()
+        self.config = base.with_overrides(**given)
+
+    def run(self, **overrides: Any) -> dict[str, Any]:
+        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed."""
+        return run_step(self.config.with_overrides(**overrides))
+
+
+# One run ---------------------------------------------------------------------------------------
+
+
+class _StepRun:
+    def __init__(self, config: ParallelRunConfig, run_dir, run_id, on_progress, on_event, cancel, entry_callables):
+        self.config = config
+        self.entry_callables = entry_callables
+        self.on_progress, self.on_event = on_progress, on_event
+        self.cancel = cancel or threading.Event()
+        self.entry_script, self.side_inputs = _check(config, entry_callables)
+        self.run_root = config.resolved_run_root()
+        self.requested_dir = Path(run_dir).absolute() if run_dir else None
+        self.requested_id = run_id
+        self.counters = Counters()
+        self.started_at = time.time()
+
+    # The phases ----------------------------------------------------------------------------
+
+    def execute(self) -> dict[str, Any]:
+        index = RunIndex(self.run_root)
+        try:
+            self._open_run_dir(index)
+            key = self._plan(index)
+            if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+                return summary
+            with key_lock(self.run_root, key, self.config.first_task_creation_timeout):
+                if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+                    return summary
+                summary = self._run(index, key)
+        finally:
+            index.close()
+        if summary["status"] != "Succeeded":
+            raise StepFailed(summary)
+        return summary
+
+    def _open_run_dir(self, index: RunIndex) -> None:
+        self.run_dir = self.requested_dir or self.run_root / (self.requested_id or new_run_id(self.config.name))
+        self.created_dir = not self.run_dir.exists()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.parts_dir = self.run_dir / "parts"
+        self.parts_dir.mkdir(exist_ok=True)
+        self.output_dir = Path(self.config.output).absolute() if self.config.output else self.run_dir / "output"
+        self.ledger = Ledger(self.run_dir / "ledger.sqlite")
+        self.run_id = self.ledger.get("run_id") or self.requested_id or self.run_dir.name
+        self.code = code_key(self.config, self.entry_script, self.entry_callables, self.side_inputs,
+                             skip=[self.run_root, self.output_dir])
+        self.resumed = self.ledger.get("code_key") == self.code
+        if not self.resumed:
+            self.ledger.clear_plan()
+            shutil.rmtree(self.parts_dir)
+            self.parts_dir.mkdir()
+        self.ledger.set(run_id=self.run_id, code_key=self.code)
+
+    def _plan(self, index: RunIndex) -> str:
+        """Write the plan into the ledger, taking finished results from this run and earlier ones."""
+        sources = self._reuse_sources(index)
+        planner = Planner(self.config.inputs, self.config.batch_size, self.config.partition_keys,
+                          self.config.reuse_fingerprint)
+        fingerprints, rows = [], []
+        try:
+            self.ledger.clear_plan()
+            for mini_batch in planner.mini_batches():
+                fingerprints.append(mini_batch.fingerprint)
+                rows.append((mini_batch, self._reusable(mini_batch, sources)))
+                if len(rows) == _PLAN_CHUNK:
+                    self._add(rows)
+                    rows = []
+            self._add(rows)
+        except (InputError, ConfigError):
+            self._discard()
+            raise
+        self.ledger.commit()
+        self.notes = planner.notes
+        return step_key(self.code, fingerprints)
+
+    def _reuse_sources(self, index: RunIndex) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+        """(run id, results by fingerprint): this run's own (a resume), then earlier runs' when allowed."""
+        sources = [(self.run_id, self.ledger.results_by_fingerprint())] if self.resumed else []
+        if self.config.allow_reuse:
+            for record in index.with_code_key(self.code, exclude=self.run_id)[:_REUSE_SOURCES]:
+                ledger = Ledger.open_readonly(Path(record["run_dir"]) / "ledger.sqlite")
+                if ledger:
+                    sources.append((record["run_id"], ledger.results_by_fingerprint()))
+                    ledger.close()
+        return sources
+
+    def _reusable(self, mini_batch, sources) -> dict[str, Any] | None:
+        for run_id, results in sources:
+            result = results.get(mini_batch.fingerprint)
+            if result is None or (result["part"] and not os.path.exists(result["part"])):
+                continue
+            part = result["part"]
+            if part and run_id != self.run_id:  # keep the run self-contained: link the part in
+                own = self.parts_dir / f"{mini_batch.index:07d}-reused{Path(part).suffix}"
+                link_or_copy(Path(part), own)
+                part = str(own)
+            return dict(result, part=part, run_id=run_id)
+        return None
+
+    def _add(self, rows) -> None:
+        self.ledger.add(rows)
+        for mini_batch, reuse in rows:
+            self.counters.mini_batches_total += 1
+            if reuse:
+                items = reuse["items"] if reuse["items"] is not None else reuse["returned"]
+                self.counters.mini_batches_reused += 1
+                self.counters.mini_batches_succeeded += 1
+                self.counters.items_total += items
+                self.counters.items_failed += reuse["items_failed"] or 0
+                self.counters.items_succeeded += items - (reuse["items_failed"] or 0)
+
+    def _discard(self) -> None:
+        self.ledger.close()
+        if self.created_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _reuse_whole_step(self, index: RunIndex, key: str) -> dict[str, Any] | None:
+        """An earlier successful run with the same step key: restore its output, start no worker."""
+        earlier = index.succeeded_with_step_key(key)
+        if not earlier or earlier["run_id"] == self.run_id:
+            return None
+        summary = read_summary(Path(earlier["run_dir"]))
+        if not summary or summary.get("status") != "Succeeded":
+            return None
+        source = summary.get("output_file")
+        target = None
+        if source:
+            if not os.path.exists(source):
+                return None
+            target = self.output_dir / Path(source).name
+            link_or_copy(Path(source), target)
+        self._discard()
+        # Counts describe this invocation: nothing ran, every mini-batch was reused from `run_id`.
+        return dict(summary, reused=True, output=str(self.output_dir) if source else summary.get("output"),
+                    output_file=str(target) if target else None, mini_batches_reused=summary["mini_batches_total"],
+                    mini_batches_run=0, workers_started=0, attempts_retried=0,
+                    started_at=timestamp(self.started_at), ended_at=timestamp(),
+                    elapsed_s=round(time.time() - self.started_at, 3), config=dump_json(self.config))
+
+    def _run(self, index: RunIndex, key: str) -> dict[str, Any]:
+        index.register(self.run_id, self.config.name, self.run_dir, "Running", self.code, key)
+        logs = RunLogs(self.run_dir)
+        log = logs.master_logger(self.run_id)
+        self._log_start(log)
+        write_summary(self.run_dir, self._summary("Running", "running", logs))
+        try:
+            status, reason = self._drive(logs, log)
+            if status == "Succeeded" and self.config.output_action == "append_row":
+                self.output_file = self.output_dir / self.config.append_row_file_name
+                assemble((part for _, part in self.ledger.parts()), self.output_file, self.config.output_format)
+                log.info("output assembled: %s", self.output_file)
+        except Exception as exc:  # a system error of the driver itself
+            log.exception("system error")
+            status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
+        summary = self._summary(status, reason, logs)
+        self._finish(index, logs, log, summary)
+        return summary
+
+    def _drive(self, logs: RunLogs, log) -> tuple[str, str]:
+        if self.counters.done == self.counters.mini_batches_total:
+            log.info("every mini-batch was reused; no worker started")
+            return "Succeeded", "every mini-batch was reused from earlier runs"
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with self._pool(logs) as pool:
+            self.driver = Driver(self.config, self.ledger, logs, log, pool, self.counters,
+                                 self.on_progress, self.on_event, self.cancel)
+            status, reason = self.driver.run()
+        logs.write_error_summary(self.driver.error_summary())
+        return status, reason
+
+    def _pool(self, logs: RunLogs) -> WorkerPool:
+        config = self.config
+        arguments = _substitute(config.arguments, config.side_inputs, self.side_inputs)
+        gpus = gpu_ids()
+
+        def make_spec(node_index: int, node_id: str, process_name: str) -> WorkerSpec:
+            return WorkerSpec(
+                node_id=node_id, process_name=process_name, logs=logs.worker(node_id, process_name),
+                parts_dir=str(self.parts_dir), output_dir=str(self.output_dir), output_format=config.output_format,
+                append_row=config.output_action == "append_row",
+                entry_script=str(self.entry_script) if self.entry_script else None,
+                entry_callables=self.entry_callables, source_directory=config.source_directory,
+                arguments=arguments, side_inputs=self.side_inputs, logging_level=config.logging_level,
+                profile=config.profiling_module == "cProfile")
+
+        settings = PoolSettings(
+            node_count=config.node_count,
+            process_count_per_node=config.process_count_per_node or len(gpus) or default_process_count(),
+            make_spec=make_spec, environment=dict(config.environment_variables), gpu_ids=gpus,
+            memory_limit=config.memory_limit_bytes, shutdown_timeout=config.run_invocation_timeout)
+        if config.backend == "ray":
+            from .pool.ray import RayWorkerPool
+
+            return RayWorkerPool(settings, config)
+        from .pool.local import LocalWorkerPool
+
+        return LocalWorkerPool(settings)
+
+    # Records ----------------------------------------------------------------------------------
+
+    def _log_start(self, log) -> None:
+        counters = self.counters
+        log.info("run %s of step %s in %s", self.run_id, self.config.name, self.run_dir)
+        log.info("%d mini-batches planned; %d reused%s", counters.mini_batches_total, counters.mini_batches_reused,
+                 " (resumed)" if self.resumed else "")
+        for note in getattr(self, "notes", []):
+            log.warning("plan: %s", note)
+
+    def _summary(self, status: str, reason: str, logs: RunLogs) -> dict[str, Any]:
+        counters, ended = self.counters, time.time()
+        output_file = getattr(self, "output_file", None)
+        return dict(
+            run_id=self.run_id, name=self.config.name, status=status, status_reason=reason, reused=False,
+            run_dir=str(self.run_dir), output=str(self.output_dir),
+            output_file=str(output_file) if output_file and status == "Succeeded" else None,
+            items_total=counters.items_total, items_succeeded=counters.items_succeeded,
+            items_failed=counters.items_failed, mini_batches_total=counters.mini_batches_total,
+            mini_batches_succeeded=counters.mini_batches_succeeded, mini_batches_failed=counters.mini_batches_failed,
+            mini_batches_reused=counters.mini_batches_reused,
+            mini_batches_run=counters.done - counters.mini_batches_reused,
+            attempts_retried=counters.attempts_retried, workers_started=counters.workers_started,
+            started_at=timestamp(self.started_at), ended_at=timestamp(ended) if status != "Running" else None,
+            elapsed_s=round(ended - self.started_at, 3), job_result=str(logs.job_result),
+            config=dump_json(self.config))
+
+    def _finish(self, index: RunIndex, logs: RunLogs, log, summary: dict[str, Any]) -> None:
+        self.ledger.set(status=summary["status"])
+        self.ledger.close()
+        write_summary(self.run_dir, summary)
+        logs.write_result(_job_result(summary))
+        if not logs.error_summary.exists():
+            logs.write_error_summary("No errors.\n")
+        log.info("%s: %s", summary["status"], summary["status_reason"])
+        logs.close(log)
+        index.update(self.run_id, status=summary["status"], ended_at=time.time(), summary=summary)
+
+
+# Checks before anything is written -------------------------------------------------------------
+
+
+def _check(config: ParallelRunConfig, entry_callables: bytes | None) -> tuple[Path | None, dict[str, str]]:
+    """Everything a run needs that can be checked up front; returns the entry script and side-input paths."""
+    if not config.inputs:
+        raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
+    if config.source_directory and not Path(config.source_directory).is_dir():
+        raise ConfigError("source_directory", f"{config.source_directory} is not a folder")
+    script = None
+    if entry_callables is None:
+        script = entry_script_path(config)
+    side_inputs = {}
+    for name, path in config.side_inputs.items():
+        if "://" not in path and not os.path.exists(path):
+            raise InputError(path, f"side input {name!r} not found")
+        side_inputs[name] = path if "://" in path else os.path.abspath(path)
+    _substitute(config.arguments, config.side_inputs, side_inputs)
+    return script, side_inputs
+
+
+def entry_script_path(config: ParallelRunConfig) -> Path:
+    """The entry script (relative to source_directory when one is set), checked to exist and compile."""
+    if not config.entry_script:
+        raise ConfigError("entry_script", "is required to run a step", "e.g. --entry-script score.py")
+    path = Path(config.source_directory or ".") / config.entry_script
+    if not path.is_file():
+        raise ConfigError("entry_script", f"{path} not found")
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as exc:
+        raise ConfigError("entry_script", f"{path} line {exc.lineno}: {exc.msg}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError("entry_script", f"{path} cannot be read ({exc})") from None
+    return path.absolute()
+
+
+def _substitute(arguments: list[str], configured: dict[str, str], local: dict[str, str]) -> list[str]:
+    """`${side_inputs.NAME}`, or an argument equal to a side input's path, becomes its local path."""
+    by_path = {path: local[name] for name, path in configured.items()}
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in local:
+            raise ConfigError("arguments", f"${{side_inputs.{name}}} names no side input",
+                              f"have: {', '.join(local) or 'none'}")
+        return local[name]
+
+    return [by_path.get(arg, _SIDE_INPUT_REF.sub(replace, arg)) for arg in arguments]
+
+
+def _job_result(summary: dict[str, Any]) -> str:
+    lines = [f"Status: {summary['status']}", f"Reason: {summary['status_reason']}", ""]
+    run_dir = summary["run_dir"]
+    if summary["status"] == "Succeeded":
+        lines.append(f"Output: {summary['output_file'] or summary['output']}")
+    else:
+        lines += [
+            "Where to look:",
+            f"  {run_dir}/logs/user/error.txt             distinct script errors, with counts",
+            f"  {run_dir}/logs/user/error/<node>/processNNN.txt   full tracebacks and hang stack dumps",
+            f"  {run_dir}/logs/sys/master_role.txt         the driver's view: retries, failures",
+            "",
+            "Rerun the same step to resume: finished mini-batches are reused, only the rest run again.",
+        ]
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,166 @@
+"""The run ledger (SQLite, WAL): the plan, each mini-batch's state and attempts, committed parts.
+
+The driver is its only writer, and what it trusts after a crash: a mini-batch is
+done exactly when its row says `succeeded` and names a part file. Writes are
+committed in batches, before the driver waits for the next event, so a killed
+driver loses at most the results it had not yet acknowledged.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..inputs.minibatch import MiniBatch
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS mini_batches (
+    idx INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    source TEXT NOT NULL,
+    items INTEGER,
+    nbytes INTEGER,
+    descriptor BLOB NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',   -- pending | succeeded | failed
+    attempts INTEGER NOT NULL DEFAULT 0,
+    part TEXT,                               -- output part of the successful attempt
+    returned INTEGER,                        -- elements run() returned
+    items_failed INTEGER,
+    reused_from TEXT,                        -- run id the result was taken from
+    error TEXT,
+    exit_code INTEGER,
+    worker TEXT,
+    duration REAL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    idx INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    worker TEXT,
+    pid INTEGER,
+    started REAL,
+    ended REAL,
+    outcome TEXT,                            -- succeeded | failed | crashed | timed_out | out_of_memory
+    error TEXT,
+    exit_code INTEGER
+);
+"""
+
+
+class Ledger:
+    """One run's ledger file; `Ledger.open_readonly` for other runs (reuse, status)."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = Path(path)
+        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        self._db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level="DEFERRED", check_same_thread=False)
+        if not readonly:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def open_readonly(cls, path: str | Path) -> Ledger | None:
+        try:
+            return cls(path, readonly=True) if Path(path).exists() else None
+        except sqlite3.Error:
+            return None
+
+    def close(self) -> None:
+        self._db.commit()
+        self._db.close()
+
+    def commit(self) -> None:
+        self._db.commit()
+
+    # Meta ------------------------------------------------------------------
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set(self, **values: Any) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                             [(k, None if v is None else str(v)) for k, v in values.items()])
+
+    # The plan ------------------------------------------------------------------
+
+    def clear_plan(self) -> None:
+        self._db.execute("DELETE FROM mini_batches")
+
+    def add(self, rows: Iterable[tuple[MiniBatch, dict[str, Any] | None]]) -> None:
+        """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded."""
+        self._db.executemany(
+            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, state, part,"
+            " returned, items_failed, reused_from) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            ((mb.index, mb.fingerprint, mb.describe(), mb.items, mb.nbytes,
+              pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL),
+              "succeeded" if reuse else "pending",
+              *((reuse["part"], reuse["returned"], reuse["items_failed"], reuse["run_id"]) if reuse else (None,) * 4))
+             for mb, reuse in rows))
+
+    def pending(self, chunk: int = 1000) -> Iterator[MiniBatch]:
+        """Pending mini-batches in plan order, read a chunk at a time."""
+        last = -1
+        while True:
+            rows = self._db.execute("SELECT idx, descriptor FROM mini_batches WHERE state='pending' AND idx>?"
+                                    " ORDER BY idx LIMIT ?", (last, chunk)).fetchall()
+            if not rows:
+                return
+            for last, blob in rows:
+                yield pickle.loads(blob)
+
+    # Outcomes -------------------------------------------------------------------
+
+    def record_attempt(self, idx: int, attempt: int, worker: str, pid: int | None, started: float,
+                       outcome: str, error: str | None = None, exit_code: int | None = None) -> None:
+        self._db.execute("INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?)",
+                         (idx, attempt, worker, pid, started, time.time(), outcome, error, exit_code))
+
+    def succeed(self, idx: int, attempts: int, part: str | None, returned: int, items_failed: int,
+                items: int | None, worker: str, duration: float) -> None:
+        self._db.execute("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, returned=?, items_failed=?,"
+                         " items=coalesce(items, ?), worker=?, duration=?, error=NULL WHERE idx=?",
+                         (attempts, part, returned, items_failed, items, worker, duration, idx))
+
+    def fail(self, idx: int, attempts: int, error: str, exit_code: int | None, items: int | None,
+             worker: str, duration: float) -> None:
+        self._db.execute("UPDATE mini_batches SET state='failed', attempts=?, error=?, exit_code=?,"
+                         " items=coalesce(items, ?), worker=?, duration=? WHERE idx=?",
+                         (attempts, error, exit_code, items, worker, duration, idx))
+
+    # Reading ---------------------------------------------------------------------
+
+    def parts(self) -> Iterator[tuple[int, str]]:
+        """(index, part) of every succeeded mini-batch that wrote rows, in plan order."""
+        yield from self._db.execute("SELECT idx, part FROM mini_batches WHERE state='succeeded' AND part IS NOT NULL"
+                                    " ORDER BY idx")
+
+    def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
+        """Succeeded results keyed by input fingerprint: what a later run may reuse."""
+        rows = self._db.execute("SELECT fingerprint, part, returned, items_failed, items FROM mini_batches"
+                                " WHERE state='succeeded'")
+        return {fp: dict(part=part, returned=returned, items_failed=failed, items=items)
+                for fp, part, returned, failed, items in rows}
+
+    def counts(self) -> dict[str, int]:
+        rows = self._db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state")
+        return dict(rows.fetchall())
+
+    def rows(self, idx: int | None = None) -> list[dict[str, Any]]:
+        """Mini-batch rows for status and logs commands (without the descriptor)."""
+        query = ("SELECT idx, source, items, state, attempts, returned, items_failed, reused_from, error,"
+                 " exit_code, worker, duration FROM mini_batches")
+        cursor = self._db.execute(query + (" WHERE idx=?" if idx is not None else " ORDER BY idx"),
+                                  (idx,) if idx is not None else ())
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor]
+
+    def attempts(self, idx: int) -> list[dict[str, Any]]:
+        cursor = self._db.execute("SELECT * FROM attempts WHERE idx=? ORDER BY attempt", (idx,))
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor]

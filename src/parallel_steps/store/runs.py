@@ -1,0 +1,144 @@
+"""The run root: run ids, run directories, the index of runs, and the lock that serialises runs of one key.
+
+Layout under `run_root`: `index.sqlite` (one row per run), `locks/`, and one
+folder per run (`<run_id>/`, or a folder an integration chose). A run folder
+holds `run.json`, `ledger.sqlite`, `parts/`, `logs/` and, by default, `output/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ParallelStepsError
+
+ACTIVE = ("Queued", "Running")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, name TEXT, run_dir TEXT, step_key TEXT, code_key TEXT,
+    status TEXT, started_at REAL, ended_at REAL, pid INTEGER, host TEXT, summary TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_step_key ON runs (step_key, status);
+CREATE INDEX IF NOT EXISTS runs_by_code_key ON runs (code_key, status);
+"""
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+class RunIndex:
+    """The index of the runs under one run root."""
+
+    def __init__(self, run_root: Path):
+        self.root = Path(run_root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.root / "index.sqlite", timeout=60, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def register(self, run_id: str, name: str, run_dir: Path, status: str, code_key: str | None = None,
+                 step_key: str | None = None, pid: int | None = None) -> None:
+        self._db.execute(
+            "INSERT INTO runs (run_id, name, run_dir, status, code_key, step_key, started_at, pid, host)"
+            " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
+            " code_key=coalesce(excluded.code_key, code_key), step_key=coalesce(excluded.step_key, step_key),"
+            " pid=excluded.pid, ended_at=NULL",
+            (run_id, name, str(run_dir), status, code_key, step_key, time.time(), pid or os.getpid(), os.uname().nodename))
+
+    def update(self, run_id: str, **fields: Any) -> None:
+        if "summary" in fields:
+            fields["summary"] = json.dumps(fields["summary"])
+        sets = ", ".join(f"{k}=?" for k in fields)
+        self._db.execute(f"UPDATE runs SET {sets} WHERE run_id=?", (*fields.values(), run_id))
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._select("WHERE run_id=?", (run_id,))
+        return rows[0] if rows else None
+
+    def succeeded_with_step_key(self, step_key: str) -> dict[str, Any] | None:
+        rows = self._select("WHERE step_key=? AND status='Succeeded' ORDER BY ended_at DESC", (step_key,))
+        return rows[0] if rows else None
+
+    def with_code_key(self, code_key: str, exclude: str) -> list[dict[str, Any]]:
+        """Earlier runs whose committed results a run with this code key may reuse, newest first."""
+        return self._select("WHERE code_key=? AND run_id<>? ORDER BY started_at DESC", (code_key, exclude))
+
+    def list(self, name: str | None = None) -> list[dict[str, Any]]:
+        if name:
+            return self._select("WHERE name=? ORDER BY started_at", (name,))
+        return self._select("ORDER BY started_at", ())
+
+    def remove(self, run_id: str) -> None:
+        self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+
+    def _select(self, where: str, args: tuple) -> list[dict[str, Any]]:
+        cursor = self._db.execute(f"SELECT * FROM runs {where}", args)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor]
+
+
+def driver_alive(record: dict[str, Any]) -> bool:
+    """Whether the process that runs `record` still lives (only answerable on its own host)."""
+    if record.get("host") != os.uname().nodename or not record.get("pid"):
+        return True
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
+    """Hold the lock of one step key: a second run with the same key waits here (bounded).
+
+    An flock, so a killed holder releases it with its last file descriptor.
+    """
+    folder = Path(run_root) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{key[:32]}.lock", "w") as file:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ParallelStepsError(
+                        f"another run with the same inputs and settings is still running after {timeout:.0f} s "
+                        f"(wait for it, or set allow_reuse=False)") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    path = Path(run_dir) / "run.json"
+    tmp = path.with_name(".run.json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""The worker runtime and EntryScript: the code that runs inside a worker."""

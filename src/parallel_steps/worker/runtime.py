@@ -1,0 +1,182 @@
+"""The worker runtime: the code inside one worker process. It knows neither pipes nor actors.
+
+`WorkerRuntime` imports the entry script, runs `init()` once, `run()` per
+mini-batch (loading the data itself and writing the output part), and
+`shutdown()` at the end. Failures go back as traceback text, never as pickled
+user exceptions: the driver may not be able to import the user's classes.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib.util
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..inputs.loaders import load
+from ..inputs.minibatch import MiniBatch
+from ..store.logs import WorkerLogPaths
+from ..store.output import count_rows, write_part
+from . import entry_script
+
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, sent once when it starts."""
+
+    node_id: str
+    process_name: str
+    logs: WorkerLogPaths
+    parts_dir: str
+    output_dir: str
+    output_format: str
+    append_row: bool
+    entry_script: str | None = None
+    entry_callables: bytes | None = None  # cloudpickled {"init": f, "run": g, "shutdown": h}
+    source_directory: str | None = None
+    arguments: list[str] = field(default_factory=list)
+    side_inputs: dict[str, str] = field(default_factory=dict)
+    logging_level: str = "INFO"
+    profile: bool = False
+
+
+@dataclass
+class Outcome:
+    """The result of one attempt, as the driver records it."""
+
+    ok: bool
+    items: int | None
+    returned: int = 0
+    part: str | None = None
+    error: str | None = None
+
+
+class WorkerRuntime:
+    """init() once, run() per mini-batch, shutdown() once."""
+
+    def __init__(self, spec: WorkerSpec, hang_timeout_hook: Callable[[float | None], None] | None = None):
+        self.spec = spec
+        self._hang_timeout_hook = hang_timeout_hook
+        self._entry: dict[str, Callable[..., Any]] = {}
+        self._profiler = None
+        self._error_file = None
+        self._journal = None
+
+    def start(self) -> None:
+        """Set up logging and the script's environment, import the script, call init(); raises on failure."""
+        spec = self.spec
+        self._error_file = open(spec.logs.error, "a", encoding="utf-8")
+        faulthandler.register(STACK_DUMP_SIGNAL, file=self._error_file, all_threads=True)
+        self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")
+        root = logging.getLogger()
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(spec.logging_level)
+        entry_script.configure(dict(
+            log_dir=str(spec.logs.entry_script_log.parent), entry_script_log=str(spec.logs.entry_script_log),
+            output_dir=spec.output_dir, working_dir=os.getcwd(), agent_name=spec.process_name,
+            node_id=spec.node_id, side_inputs=spec.side_inputs, logging_level=spec.logging_level,
+        ), self._hang_timeout_hook)
+        if spec.profile:
+            import cProfile
+
+            self._profiler = cProfile.Profile()
+        try:
+            self._entry = self._import_entry()
+            if "init" in self._entry:
+                self._call(self._entry["init"])
+        except BaseException as exc:
+            text = self._log_error("init()", exc)
+            raise InitError(text) from None
+
+    def run(self, mini_batch: MiniBatch, attempt: int, on_loaded: Callable[[int], None] | None = None) -> Outcome:
+        """One attempt of one mini-batch: load, run(), write the part."""
+        started = time.time()
+        items = mini_batch.items
+        try:
+            data = load(mini_batch)
+            items = count_rows(data)
+            if on_loaded and mini_batch.items is None:
+                on_loaded(items)
+            result = self._call(self._entry["run"], data)
+            returned = count_rows(result)
+            part = None
+            if self.spec.append_row:
+                base = os.path.join(self.spec.parts_dir, f"{mini_batch.index:07d}-{attempt}")
+                part = write_part(result, base, self.spec.output_format)
+            outcome = Outcome(ok=True, items=items, returned=returned, part=part)
+        except Exception as exc:
+            outcome = Outcome(ok=False, items=items,
+                              error=self._log_error(f"run() on mini-batch {mini_batch.index} attempt {attempt}", exc))
+        self._journal_line(mini_batch, attempt, outcome, started)
+        return outcome
+
+    def shutdown(self) -> None:
+        """Call the script's shutdown() and write the profile; errors are logged, not raised."""
+        try:
+            if "shutdown" in self._entry:
+                self._call(self._entry["shutdown"])
+        except Exception as exc:
+            self._log_error("shutdown()", exc)
+        if self._profiler:
+            self._profiler.dump_stats(self.spec.logs.profile)
+        for stream in (sys.stdout, sys.stderr, self._journal, self._error_file):
+            if stream:
+                stream.flush()
+
+    # Internals ------------------------------------------------------------------
+
+    def _import_entry(self) -> dict[str, Callable[..., Any]]:
+        spec = self.spec
+        if spec.entry_callables is not None:
+            functions = pickle.loads(spec.entry_callables)
+            sys.argv = ["parallel_run"] + list(spec.arguments)
+            return {k: v for k, v in functions.items() if v is not None}
+        script = Path(spec.entry_script)
+        for folder in dict.fromkeys([spec.source_directory, str(script.parent)]):
+            if folder and folder not in sys.path:
+                sys.path.insert(0, folder)
+        sys.argv = [str(script)] + list(spec.arguments)
+        module_spec = importlib.util.spec_from_file_location(script.stem, script)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[script.stem] = module
+        module_spec.loader.exec_module(module)
+        if not callable(getattr(module, "run", None)):
+            raise AttributeError(f"{script} defines no run(mini_batch) function")
+        return {name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))}
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self._profiler is None:
+            return function(*args)
+        return self._profiler.runcall(function, *args)
+
+    def _log_error(self, where: str, exc: BaseException) -> str:
+        """Write the full traceback to this worker's error file; return it for the driver."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self._error_file.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {where} failed (pid {os.getpid()})\n{text}\n")
+        self._error_file.flush()
+        return text
+
+    def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome, started: float) -> None:
+        items = outcome.items if outcome.items is not None else "?"
+        succeeded = min(outcome.returned, outcome.items or outcome.returned) if outcome.ok else 0
+        failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
+        self._journal.write(
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} pid={os.getpid()}"
+            f" mini_batch={mini_batch.index} attempt={attempt} items={items} succeeded={succeeded} failed={failed}"
+            f" {'ok' if outcome.ok else 'error'} duration={time.time() - started:.3f}s\n")
+
+
+class InitError(Exception):
+    """init() or the import of the entry script failed; the text is the traceback."""
