@@ -67,7 +67,18 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--run-root", help="where run ids are looked up (default PARALLEL_STEPS_HOME or ./.parallel_steps)")
     status.add_argument("--json", action="store_true")
     status.set_defaults(command=_status)
+
+    node = commands.add_parser("node", add_help=False, help="run on every node of a multi-node job (Ray); "
+                               "see `parallel-steps node --help`")
+    node.add_argument("node_args", nargs=argparse.REMAINDER)
+    node.set_defaults(command=_node)
     return parser
+
+
+def _node(args: argparse.Namespace) -> int:
+    from .launch import main as node_main
+
+    return node_main(args.node_args + (["--", *args.script_args] if args.script_args else []))
 
 
 def _step_options(parser: argparse.ArgumentParser, every_field: bool) -> None:

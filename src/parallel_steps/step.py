@@ -56,6 +56,21 @@ def run_step(config: ParallelRunConfig, *, run_dir: str | os.PathLike | None = N
     return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
 
 
+def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -> str:
+    """The step's reuse key (DESIGN.md section 6), computed without running: equal keys mean an
+    earlier successful run's output is reused. Integrations use it as their cache key."""
+    script, side_inputs = _check(config, entry_callables)
+    code = _code_key(config, script, entry_callables, side_inputs)
+    planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
+    return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
+
+
+def _code_key(config: ParallelRunConfig, script: Path | None, entry_callables: bytes | None,
+              side_inputs: dict[str, str]) -> str:
+    skip = [config.resolved_run_root()] + ([Path(config.output)] if config.output else [])
+    return code_key(config, script, entry_callables, side_inputs, skip=skip)
+
+
 class ParallelRunStep:
     """A ParallelRunStep: a configuration plus the step's data, run with `.run()`.
 
@@ -128,8 +143,7 @@ class _StepRun:
         self.output_dir = Path(self.config.output).absolute() if self.config.output else self.run_dir / "output"
         self.ledger = Ledger(self.run_dir / "ledger.sqlite")
         self.run_id = self.ledger.get("run_id") or self.requested_id or self.run_dir.name
-        self.code = code_key(self.config, self.entry_script, self.entry_callables, self.side_inputs,
-                             skip=[self.run_root, self.output_dir])
+        self.code = _code_key(self.config, self.entry_script, self.entry_callables, self.side_inputs)
         self.resumed = self.ledger.get("code_key") == self.code
         if not self.resumed:
             self.ledger.clear_plan()
