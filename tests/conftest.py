@@ -8,7 +8,14 @@ import pytest
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    alive = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.add(process.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 @pytest.fixture(autouse=True)
