@@ -8,6 +8,7 @@ error) -> plan into the run's ledger, taking finished results from earlier runs
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -20,7 +21,8 @@ from .config import ParallelRunConfig, dump_json
 from .driver import Counters, Driver, EventCallback, ProgressCallback
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.planner import Planner
-from .pool.base import PoolSettings, WorkerPool
+from .monitor import ResourceMonitor
+from .pool.base import PoolSettings, WorkerPool, node_id_of
 from .resources import default_process_count, gpu_ids
 from .reuse import code_key, step_key
 from .store.ledger import Ledger
@@ -261,7 +263,7 @@ class _StepRun:
             log.info("every mini-batch was reused; no worker started")
             return "Succeeded", "every mini-batch was reused from earlier runs"
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        with self._pool(logs) as pool:
+        with self._pool(logs) as pool, self._monitor(logs, pool):
             self.driver = Driver(self.config, self.ledger, logs, log, pool, self.counters,
                                  self.on_progress, self.on_event, self.cancel)
             status, reason = self.driver.run()
@@ -295,6 +297,13 @@ class _StepRun:
         from .pool.local import LocalWorkerPool
 
         return LocalWorkerPool(settings)
+
+    def _monitor(self, logs: RunLogs, pool: WorkerPool):
+        interval = self.config.resource_monitor_interval
+        if not interval:
+            return contextlib.nullcontext()
+        nodes = [node_id_of(i) for i in range(self.config.node_count)]
+        return ResourceMonitor(logs, nodes, pool.processes, interval, self.run_dir)
 
     # Records ----------------------------------------------------------------------------------
 

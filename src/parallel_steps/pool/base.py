@@ -120,6 +120,10 @@ class WorkerPool(abc.ABC):
     def replace(self, worker: WorkerInfo) -> None:
         """Start a new worker in the slot of a lost one (it runs init() again)."""
 
+    def processes(self) -> dict[str, list[tuple[str, int]]]:
+        """node id -> [(process name, pid)] of live workers this machine can observe (resource monitor)."""
+        return {}
+
     @abc.abstractmethod
     def close(self) -> None:
         """Stop every worker (shutdown() with a grace period, then kill); idempotent."""

@@ -31,6 +31,7 @@ from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded,
 
 _DUMP_GRACE_S = 1.0   # time a hung worker gets to write its stacks before SIGKILL
 _MEMORY_CHECK_S = 1.0
+_LIKELY_OOM_RSS = 1 << 30
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -51,7 +52,7 @@ class _Handle:
     kill_at: float | None = None
     kill_reason: str | None = None
     kill_detail: str = ""
-    peak_rss: int = 0
+    last_rss: int = 0
 
 
 class LocalWorkerPool(WorkerPool):
@@ -98,6 +99,12 @@ class LocalWorkerPool(WorkerPool):
     def replace(self, worker: WorkerInfo) -> None:
         self._check_open()
         self._spawn(worker.node_index, worker.slot)
+
+    def processes(self) -> dict[str, list[tuple[str, int]]]:
+        found: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        for handle in list(self._handles.values()):
+            found[handle.info.node_id].append((handle.info.process_name, handle.process.pid))
+        return found
 
     # Feeding and waiting ----------------------------------------------------------------
 
@@ -146,7 +153,7 @@ class LocalWorkerPool(WorkerPool):
         times = [now + 3600]
         for handle in self._handles.values():
             times += [t for t in (handle.deadline, handle.kill_at) if t is not None]
-        if self.settings.memory_limit and any(h.state == "busy" for h in self._handles.values()):
+        if any(h.state == "busy" for h in self._handles.values()):
             times.append(self._next_memory_check)
         return min(times)
 
@@ -204,9 +211,9 @@ class LocalWorkerPool(WorkerPool):
                 handle.deadline = None
                 self._dump_and_kill(handle, "timed_out",
                                     f"run() exceeded {handle.timeout:g} s on mini-batch {handle.mini_batch.index}")
-        if self.settings.memory_limit and now >= self._next_memory_check:
+        if now >= self._next_memory_check:
             self._next_memory_check = now + _MEMORY_CHECK_S
-            self._check_memory()
+            self._sample_memory()
 
     def _dump_and_kill(self, handle: _Handle, reason: str, detail: str) -> None:
         """Write the worker's Python stacks (faulthandler) to its error log, then kill it after a grace."""
@@ -219,14 +226,15 @@ class LocalWorkerPool(WorkerPool):
         except ProcessLookupError:
             pass
 
-    def _check_memory(self) -> None:
+    def _sample_memory(self) -> None:
+        """Sample busy workers' memory: enforce worker_memory_limit, and remember the last RSS so a
+        SIGKILL from the kernel's OOM killer can be recognised."""
         limit = self.settings.memory_limit
         for handle in self._handles.values():
             if handle.state != "busy" or handle.kill_reason:
                 continue
-            rss = _tree_rss(handle.process.pid)
-            handle.peak_rss = max(handle.peak_rss, rss)
-            if rss > limit:
+            rss = handle.last_rss = _tree_rss(handle.process.pid)
+            if limit and rss > limit:
                 handle.kill_reason = "out_of_memory"
                 handle.kill_detail = f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
                 _kill_group(handle.process.pid)
@@ -253,7 +261,8 @@ class LocalWorkerPool(WorkerPool):
                                            f"{_stderr_tail(handle)}"))
             return
         reason = handle.kill_reason or "crashed"
-        detail = handle.kill_detail or f"worker exited with {exit_name(exit_code)}{_stderr_tail(handle)}"
+        detail = handle.kill_detail or f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}" \
+                                       f"{_stderr_tail(handle)}"
         self._events.append(Lost(handle.info, handle.mini_batch, handle.attempt, reason, exit_code, detail))
 
     # Closing -------------------------------------------------------------------------------
@@ -299,6 +308,17 @@ def _tree_rss(pid: int) -> int:
         return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
     except psutil.Error:
         return 0
+
+
+def _oom_hint(handle: _Handle, exit_code: int | None) -> str:
+    """A SIGKILL we did not send, from a worker that was using a lot of memory, is likely the OOM killer."""
+    if exit_code != -signal.SIGKILL or not handle.last_rss:
+        return ""
+    share = psutil.virtual_memory().total / max(1, len(psutil.Process().children()))
+    if handle.last_rss < min(share / 2, _LIKELY_OOM_RSS):
+        return f", not sent by parallel-steps (last RSS {handle.last_rss >> 20} MB)"
+    return (f": likely out of memory (killed by the kernel's OOM killer?); last RSS {handle.last_rss >> 20} MB "
+            f"(see logs/perf/{handle.info.node_id}/)")
 
 
 def _stderr_tail(handle: _Handle, lines: int = 5) -> str:

@@ -1,0 +1,104 @@
+"""The resource monitor: ParallelRunStep's `logs/perf/<node_id>/` files, sampled with psutil.
+
+A sample at start, one every `resource_monitor_interval` seconds, and one at the
+end; each node folder gets the machine's usage and its own workers' processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from .store.logs import RunLogs
+
+NODE_COLUMNS = ["time", "cpu_percent", "memory_total_mb", "memory_used_mb", "memory_percent", "load_1m"]
+PROCESS_COLUMNS = ["time", "process_name", "pid", "cpu_percent", "rss_mb", "vms_mb", "threads", "children"]
+DISK_COLUMNS = ["time", "path", "total_mb", "used_mb", "free_mb", "percent"]
+
+#: node id -> [(process name, pid)] of the workers alive now
+WorkerProcesses = Callable[[], dict[str, list[tuple[str, int]]]]
+
+
+class ResourceMonitor:
+    """Samples the machine and the workers into the perf files of every node."""
+
+    def __init__(self, logs: RunLogs, node_ids: list[str], workers: WorkerProcesses, interval: float, disk_path: Path):
+        self.logs, self.node_ids, self.workers = logs, node_ids, workers
+        self.interval, self.disk_path = interval, disk_path
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="resource-monitor", daemon=True)
+
+    def __enter__(self) -> ResourceMonitor:
+        psutil.cpu_percent()  # the first call only sets the baseline
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _loop(self) -> None:
+        self.sample()
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        memory = psutil.virtual_memory()
+        node_row = [stamp, psutil.cpu_percent(), memory.total >> 20, memory.used >> 20, memory.percent,
+                    os.getloadavg()[0]]
+        disk = psutil.disk_usage(str(self.disk_path))
+        disk_row = [stamp, str(self.disk_path), disk.total >> 20, disk.used >> 20, disk.free >> 20, disk.percent]
+        snapshot = _process_table()
+        workers = self.workers()
+        for node_id in self.node_ids:
+            folder = self.logs.perf_dir(node_id)
+            _append(folder / "node_resource_usage.csv", NODE_COLUMNS, [node_row])
+            _append(folder / "node_disk_usage.csv", DISK_COLUMNS, [disk_row])
+            _append(folder / "processes_resource_usage.csv", PROCESS_COLUMNS,
+                    [_process_row(stamp, name, pid) for name, pid in workers.get(node_id, [])])
+            snapshot_file = folder / "os" / time.strftime("%Y%m%d%H", time.localtime(now)) / \
+                time.strftime("processes_%M", time.localtime(now))
+            snapshot_file.parent.mkdir(parents=True, exist_ok=True)
+            snapshot_file.write_text(snapshot)
+
+
+def _process_row(stamp: str, name: str, pid: int) -> list:
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            memory = process.memory_info()
+            return [stamp, name, pid, process.cpu_percent(), memory.rss >> 20, memory.vms >> 20,
+                    process.num_threads(), len(process.children(recursive=True))]
+    except psutil.Error:
+        return [stamp, name, pid, "", "", "", "", ""]
+
+
+def _process_table() -> str:
+    """What `ps` would show: every process with its memory and command line."""
+    lines = [f"{'PID':>7} {'PPID':>7} {'RSS_MB':>8} {'CPU_S':>8}  COMMAND"]
+    for process in psutil.process_iter(["pid", "ppid", "memory_info", "cpu_times", "cmdline", "name"]):
+        info = process.info
+        rss = (info["memory_info"].rss >> 20) if info["memory_info"] else 0
+        cpu = sum(info["cpu_times"][:2]) if info["cpu_times"] else 0.0
+        command = " ".join(info["cmdline"] or [info["name"] or "?"])[:300]
+        lines.append(f"{info['pid']:>7} {info['ppid'] or 0:>7} {rss:>8} {cpu:>8.1f}  {command}")
+    return "\n".join(lines) + "\n"
+
+
+def _append(path: Path, columns: list[str], rows: list[list]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with open(path, "a", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        if new:
+            writer.writerow(columns)
+        writer.writerows(rows)
