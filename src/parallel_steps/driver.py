@@ -22,6 +22,7 @@ from .pool.base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLo
                         WorkerPool)
 from .store.ledger import Ledger
 from .store.logs import RunLogs, timestamp
+from .store.output import Part
 
 _TICK_S = 0.5           # the longest the loop waits without looking at the clock and the cancel flag
 _PROGRESS_EVERY_S = 2.0
@@ -106,8 +107,9 @@ class Driver:
         self._pending_done = False
         self._lookahead: MiniBatch | None = None
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
-        self._idle: collections.deque[WorkerInfo] = collections.deque()
-        self._busy: dict[str, _Attempt] = {}
+        self._ready: dict[str, WorkerInfo] = {}
+        self._queued: dict[str, collections.deque[_Attempt]] = {}  # per ready worker, in run order
+        self._mean_duration: float | None = None
         self._starting: dict[str, float] = {}  # "<node>/<slot>" -> when its worker was started
         self._init_failures_by_node: collections.Counter[int] = collections.Counter()
         self._stopped_nodes: set[int] = set()
@@ -153,7 +155,7 @@ class Driver:
         self.counters.workers_started += len(self._starting)
 
     def _has_work(self) -> bool:
-        if self._busy or self._retry:
+        if self._retry or any(self._queued.values()):
             return True
         if self._pending_done:
             return False
@@ -173,24 +175,38 @@ class Driver:
             return mini_batch, 1
         return None
 
+    def _queue_depth(self) -> int:
+        """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
+        the rest), a few when they take milliseconds (so a worker never waits for the driver)."""
+        mean = self._mean_duration
+        if mean is None:
+            return 2
+        if mean >= 0.05:
+            return 1
+        return max(2, min(8, int(0.01 / max(mean, 1e-6)) + 1))
+
     def _dispatch(self) -> None:
-        while self._idle:
-            work = self._next_mini_batch()
-            if work is None:
-                return
-            worker = self._idle.popleft()
-            mini_batch, attempt = work
-            self._busy[worker.id] = _Attempt(mini_batch, attempt, time.time(), mini_batch.items)
-            self.pool.submit(worker, mini_batch, attempt, self.config.run_invocation_timeout)
-            if self._first_dispatch is None:
-                self._first_dispatch = time.monotonic()
+        depth = self._queue_depth()
+        for level in range(depth):  # breadth first: every worker gets one before any gets two
+            for worker_id, queued in self._queued.items():
+                if len(queued) > level:
+                    continue
+                work = self._next_mini_batch()
+                if work is None:
+                    return
+                mini_batch, attempt = work
+                queued.append(_Attempt(mini_batch, attempt, time.time(), mini_batch.items))
+                self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.config.run_invocation_timeout)
+                if self._first_dispatch is None:
+                    self._first_dispatch = time.monotonic()
 
     # Events -----------------------------------------------------------------------------------
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Ready):
             self._forget_starting(event.worker)
-            self._idle.append(event.worker)
+            self._ready[event.worker.id] = event.worker
+            self._queued[event.worker.id] = collections.deque()
             self.log.info("%s ready (pid %s%s)", event.worker.id, event.worker.pid,
                           f", CUDA_VISIBLE_DEVICES={event.worker.gpu}" if event.worker.gpu is not None else "")
         elif isinstance(event, Finished):
@@ -200,26 +216,30 @@ class Driver:
         elif isinstance(event, InitFailed):
             self._init_failed(event)
         elif isinstance(event, ItemsLoaded):
-            attempt = self._busy.get(event.worker.id)
-            if attempt:
-                attempt.items = event.items
+            queued = self._queued.get(event.worker.id)
+            if queued and queued[0].mini_batch.index == event.mini_batch:
+                queued[0].items = event.items
         elif isinstance(event, HangTimeoutChanged):
             limit = "no limit" if event.seconds is None else f"{event.seconds:g} s"
             self.log.info("%s set the run() timeout of its current mini-batch to %s", event.worker.id, limit)
 
     def _finished(self, event: Finished) -> None:
-        current = self._busy.pop(event.worker.id)
-        self._idle.append(event.worker)
+        current = self._queued[event.worker.id].popleft()
         outcome = event.outcome
         items = outcome.items if outcome.items is not None else current.items
-        duration = time.time() - current.started
+        current.started, duration = outcome.started, outcome.duration
+        self._mean_duration = duration if self._mean_duration is None else 0.9 * self._mean_duration + 0.1 * duration
         if outcome.ok:
             self._succeeded(event.worker, current, items, outcome.returned, outcome.part, duration)
         else:
             self._attempt_failed(event.worker, current, items, "failed", outcome.error, None, duration)
 
     def _lost(self, event: Lost) -> None:
-        current = self._busy.pop(event.worker.id, None)
+        queued = self._queued.pop(event.worker.id, collections.deque())
+        self._ready.pop(event.worker.id, None)
+        current = queued.popleft() if queued and event.mini_batch is not None else None
+        for unstarted in reversed(queued):  # never started: back to the front, no attempt counted
+            self._retry.appendleft((unstarted.mini_batch, unstarted.attempt))
         self._forget_starting(event.worker)
         self._replace(event.worker, event.reason, event.detail)
         self.log.warning("%s lost (%s): %s; starting a replacement", event.worker.id, event.reason, event.detail)
@@ -229,7 +249,7 @@ class Driver:
                                  time.time() - current.started)
 
     def _succeeded(self, worker: WorkerInfo, current: _Attempt, items: int | None, returned: int,
-                   part: str | None, duration: float) -> None:
+                   part: Part | None, duration: float) -> None:
         mb, counters = current.mini_batch, self.counters
         items = items if items is not None else returned
         failed = max(0, items - returned)
@@ -239,7 +259,6 @@ class Driver:
         counters.items_failed += failed
         self._last_completion = time.monotonic()
         self.ledger.succeed(mb.index, current.attempt, part, returned, failed, items, worker.id, duration)
-        self.ledger.record_attempt(mb.index, current.attempt, worker.id, worker.pid, current.started, "succeeded")
         self._record(worker, current, items, items - failed, failed, "succeeded", duration)
         if failed:
             self.log.warning("mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed)
@@ -301,11 +320,9 @@ class Driver:
 
     def _record(self, worker: WorkerInfo, current: _Attempt, items: int | None, succeeded: int | None,
                 failed: int | None, outcome: str, duration: float, error: str = "") -> None:
-        self.logs.record_attempt(dict(
-            mini_batch_id=current.mini_batch.index, attempt=current.attempt, node_id=worker.node_id,
-            process_name=worker.process_name, pid=worker.pid, items=items, items_succeeded=succeeded,
-            items_failed=failed, outcome=outcome, started=timestamp(current.started),
-            duration_s=f"{duration:.3f}", error=error))
+        self.logs.record_attempt([
+            current.mini_batch.index, current.attempt, worker.node_id, worker.process_name, worker.pid, items,
+            succeeded, failed, outcome, timestamp(current.started), f"{duration:.3f}", error])
         self._dirty = True
 
     def _group_error(self, error: str, mb: MiniBatch | None, worker: WorkerInfo) -> None:
@@ -348,7 +365,7 @@ class Driver:
 
     def _check_init_policy(self) -> None:
         settings = self.pool.settings
-        alive = len(self._idle) + len(self._busy) + len(self._starting)
+        alive = len(self._ready) + len(self._starting)
         if len(self._stopped_nodes) == settings.node_count and alive == 0:
             raise JobFailed(f"init() failed {self.counters.init_failures} times on every node; no worker could start. "
                             f"Last error: {error_line(self._init_errors[-1])}")
@@ -363,7 +380,7 @@ class Driver:
         config, now = self.config, time.monotonic()
         if self.counters.init_failures:
             self._check_init_policy()
-        if self._starting and not self._idle and not self._busy:
+        if self._starting and not self._ready:
             stuck = max(self._starting.values())
             bound = 3 * config.run_invocation_timeout + 30
             if now - stuck > bound:
@@ -402,7 +419,8 @@ class Driver:
                     items_succeeded=counters.items_succeeded, items_failed=counters.items_failed,
                     attempts_retried=counters.attempts_retried, elapsed_s=round(elapsed, 3),
                     rate_per_s=round(rate, 3), eta_s=round(remaining / rate, 1) if rate > 0 else None,
-                    workers_busy=len(self._busy), workers_idle=len(self._idle))
+                    workers_busy=sum(1 for q in self._queued.values() if q),
+                    workers_idle=sum(1 for q in self._queued.values() if not q))
 
     def _report_progress(self, force: bool = False) -> None:
         now = time.monotonic()

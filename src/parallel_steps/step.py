@@ -122,21 +122,35 @@ class _StepRun:
     def execute(self) -> dict[str, Any]:
         index = RunIndex(self.run_root)
         try:
-            self._open_run_dir(index)
-            key = self._plan(index)
-            if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
-                return summary
-            with key_lock(self.run_root, key, self.config.first_task_creation_timeout):
-                if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
-                    return summary
-                summary = self._run(index, key)
+            self._open_run_dir()
+            summary = self._plan_and_run(index)
+        except (InputError, ConfigError):
+            self._discard()
+            raise
         finally:
             index.close()
-        if summary["status"] != "Succeeded":
+        if summary["reused"]:
+            self._discard()
+        elif summary["status"] != "Succeeded":
             raise StepFailed(summary)
         return summary
 
-    def _open_run_dir(self, index: RunIndex) -> None:
+    def _plan_and_run(self, index: RunIndex) -> dict[str, Any]:
+        with contextlib.ExitStack() as stack:
+            workers = stack.enter_context(contextlib.ExitStack())  # closed before the output is assembled
+            self.pool = None
+            if not self.resumed and not (self.config.allow_reuse and index.with_code_key(self.code, self.run_id)):
+                # Nothing can be reused: let the workers start while the plan is written.
+                self.pool = workers.enter_context(self._pool())
+            key = self._plan(index)
+            if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+                return summary
+            stack.enter_context(key_lock(self.run_root, key, self.config.first_task_creation_timeout))
+            if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+                return summary
+            return self._run(index, key, workers)
+
+    def _open_run_dir(self) -> None:
         self.run_dir = self.requested_dir or self.run_root / (self.requested_id or new_run_id(self.config.name))
         self.created_dir = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +166,7 @@ class _StepRun:
             shutil.rmtree(self.parts_dir)
             self.parts_dir.mkdir()
         self.ledger.set(run_id=self.run_id, code_key=self.code)
+        self.logs = RunLogs(self.run_dir)
 
     def _plan(self, index: RunIndex) -> str:
         """Write the plan into the ledger, taking finished results from this run and earlier ones."""
@@ -159,18 +174,14 @@ class _StepRun:
         planner = Planner(self.config.inputs, self.config.batch_size, self.config.partition_keys,
                           self.config.reuse_fingerprint)
         fingerprints, rows = [], []
-        try:
-            self.ledger.clear_plan()
-            for mini_batch in planner.mini_batches():
-                fingerprints.append(mini_batch.fingerprint)
-                rows.append((mini_batch, self._reusable(mini_batch, sources)))
-                if len(rows) == _PLAN_CHUNK:
-                    self._add(rows)
-                    rows = []
-            self._add(rows)
-        except (InputError, ConfigError):
-            self._discard()
-            raise
+        self.ledger.clear_plan()
+        for mini_batch in planner.mini_batches():
+            fingerprints.append(mini_batch.fingerprint)
+            rows.append((mini_batch, self._reusable(mini_batch, sources)))
+            if len(rows) == _PLAN_CHUNK:
+                self._add(rows)
+                rows = []
+        self._add(rows)
         self.ledger.commit()
         self.notes = planner.notes
         return step_key(self.code, fingerprints)
@@ -189,15 +200,21 @@ class _StepRun:
     def _reusable(self, mini_batch, sources) -> dict[str, Any] | None:
         for run_id, results in sources:
             result = results.get(mini_batch.fingerprint)
-            if result is None or (result["part"] and not os.path.exists(result["part"])):
+            if result is None or (result["part"] and not os.path.exists(result["part"].path)):
                 continue
             part = result["part"]
-            if part and run_id != self.run_id:  # keep the run self-contained: link the part in
-                own = self.parts_dir / f"{mini_batch.index:07d}-reused{Path(part).suffix}"
-                link_or_copy(Path(part), own)
-                part = str(own)
+            if part and run_id != self.run_id:
+                part = part._replace(path=self._linked_spool(run_id, part.path))
             return dict(result, part=part, run_id=run_id)
         return None
+
+    def _linked_spool(self, run_id: str, path: str) -> str:
+        """Keep the run self-contained: link an earlier run's spool in (once), so cleaning that run
+        does not take this run's reused rows with it."""
+        own = self.parts_dir / f"{run_id}-{Path(path).name}"
+        if not own.exists():
+            link_or_copy(Path(path), own)
+        return str(own)
 
     def _add(self, rows) -> None:
         self.ledger.add(rows)
@@ -231,7 +248,6 @@ class _StepRun:
                 return None
             target = self.output_dir / Path(source).name
             link_or_copy(Path(source), target)
-        self._discard()
         # Counts describe this invocation: nothing ran, every mini-batch was reused from `run_id`.
         return dict(summary, reused=True, output=str(self.output_dir) if source else summary.get("output"),
                     output_file=str(target) if target else None, mini_batches_reused=summary["mini_batches_total"],
@@ -239,17 +255,17 @@ class _StepRun:
                     started_at=timestamp(self.started_at), ended_at=timestamp(),
                     elapsed_s=round(time.time() - self.started_at, 3), config=dump_json(self.config))
 
-    def _run(self, index: RunIndex, key: str) -> dict[str, Any]:
+    def _run(self, index: RunIndex, key: str, workers: contextlib.ExitStack) -> dict[str, Any]:
         index.register(self.run_id, self.config.name, self.run_dir, "Running", self.code, key)
-        logs = RunLogs(self.run_dir)
+        logs = self.logs
         log = logs.master_logger(self.run_id)
         self._log_start(log)
         write_summary(self.run_dir, self._summary("Running", "running", logs))
         try:
-            status, reason = self._drive(logs, log)
+            status, reason = self._drive(logs, log, workers)
             if status == "Succeeded" and self.config.output_action == "append_row":
                 self.output_file = self.output_dir / self.config.append_row_file_name
-                assemble((part for _, part in self.ledger.parts()), self.output_file, self.config.output_format)
+                assemble(self.ledger.parts(), self.output_file, self.config.output_format)
                 log.info("output assembled: %s", self.output_file)
         except Exception as exc:  # a system error of the driver itself
             log.exception("system error")
@@ -258,20 +274,22 @@ class _StepRun:
         self._finish(index, logs, log, summary)
         return summary
 
-    def _drive(self, logs: RunLogs, log) -> tuple[str, str]:
+    def _drive(self, logs: RunLogs, log, workers: contextlib.ExitStack) -> tuple[str, str]:
         if self.counters.done == self.counters.mini_batches_total:
             log.info("every mini-batch was reused; no worker started")
             return "Succeeded", "every mini-batch was reused from earlier runs"
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        with self._pool(logs) as pool, self._monitor(logs, pool):
+        pool = self.pool or workers.enter_context(self._pool())
+        with self._monitor(logs, pool):
             self.driver = Driver(self.config, self.ledger, logs, log, pool, self.counters,
                                  self.on_progress, self.on_event, self.cancel)
             status, reason = self.driver.run()
+        workers.close()  # workers stop (and run shutdown()) before the output is assembled
         logs.write_error_summary(self.driver.error_summary())
         return status, reason
 
-    def _pool(self, logs: RunLogs) -> WorkerPool:
-        config = self.config
+    def _pool(self) -> WorkerPool:
+        config, logs = self.config, self.logs
         arguments = _substitute(config.arguments, config.side_inputs, self.side_inputs)
         gpus = gpu_ids()
 

@@ -12,6 +12,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from stat import S_ISDIR
 from typing import Any
 
 from ..errors import InputError, first_line
@@ -196,24 +197,37 @@ def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[st
 
 
 def _walk(path: str, skip_hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
-    """Files under `path` in name order; holds one folder's names at a time, not the whole tree."""
-    try:
-        stat = os.stat(path)
-    except OSError as exc:
-        raise InputError(path, f"cannot read ({exc.strerror})") from None
-    if not os.path.isdir(path):
-        if not os.access(path, os.R_OK):
-            raise InputError(path, "permission denied")
+    """Files at or under `path` in name order."""
+    stat = _stat(path)
+    if S_ISDIR(stat.st_mode):
+        yield from _walk_folder(path, skip_hidden)
+    else:
         yield path, stat
-        return
+
+
+def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
+    """Holds one folder's sorted names at a time, never the whole tree; one stat per entry."""
     try:
-        names = sorted(os.listdir(path))
+        names = sorted(os.listdir(folder))
     except OSError as exc:
-        raise InputError(path, f"cannot list folder ({exc.strerror})") from None
+        raise InputError(folder, f"cannot list folder ({exc.strerror})") from None
+    prefix = folder if folder.endswith(os.sep) else folder + os.sep
     for name in names:
         if skip_hidden and name.startswith(_IGNORED_PREFIXES):
             continue
-        yield from _walk(os.path.join(path, name), skip_hidden)
+        path = prefix + name
+        stat = _stat(path)
+        if S_ISDIR(stat.st_mode):
+            yield from _walk_folder(path, skip_hidden)
+        else:
+            yield path, stat
+
+
+def _stat(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot read ({exc.strerror})") from None
 
 
 def file_identity(path: str, stat: os.stat_result, mode: str, name: str | None = None) -> bytes:

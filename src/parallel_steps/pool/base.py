@@ -75,7 +75,8 @@ class Finished(Event):
 class Lost(Event):
     """The worker is gone: `reason` is `crashed`, `timed_out` or `out_of_memory`.
 
-    `mini_batch` is what it held (None when it was idle or starting).
+    `mini_batch` is the one it was running (None when it was idle or starting);
+    `unstarted` are (mini-batch, attempt) it had been given but had not started.
     """
 
     mini_batch: MiniBatch | None
@@ -83,6 +84,7 @@ class Lost(Event):
     reason: str
     exit_code: int | None
     detail: str
+    unstarted: tuple[tuple[MiniBatch, int], ...] = ()
 
 
 class WorkerPool(abc.ABC):
@@ -110,7 +112,10 @@ class WorkerPool(abc.ABC):
 
     @abc.abstractmethod
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
-        """Give an idle worker one mini-batch; `timeout` bounds its run() (None: no bound)."""
+        """Queue one mini-batch on a ready worker; it runs its queue in order, one at a time.
+
+        `timeout` bounds each run() from the moment the worker starts it (None: no bound).
+        """
 
     @abc.abstractmethod
     def next_event(self, timeout: float) -> Event | None:

@@ -4,9 +4,12 @@
        ▲                   │  waits on: every pipe, every pidfd sentinel,
        └── next_event ◀────┘  a wakeup pipe; timeout = the nearest deadline
 
-One owner, one loop, no locks: only the pool holds the worker handles. A
-sentinel (pidfd) fires the moment a worker dies, and maps to exactly the one
-mini-batch it held. `node_count > 1` simulates nodes on one machine.
+One owner, one loop, no locks: only the pool holds the worker handles. A worker
+runs the mini-batches it was given in order, one at a time, and answers each;
+so the head of its queue is the one it runs, a sentinel (pidfd) firing the
+moment it dies maps to exactly that mini-batch, and the rest go back unstarted.
+A short queue lets a worker start its next mini-batch without waiting for the
+driver. `node_count > 1` simulates nodes on one machine.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -44,15 +47,18 @@ class _Handle:
     conn: Connection | None
     sentinel: int
     logs: WorkerLogPaths
-    state: str = "starting"            # starting | idle | busy | stopping | gone
-    mini_batch: MiniBatch | None = None
-    attempt: int = 0
-    timeout: float | None = None
-    deadline: float | None = None
+    state: str = "starting"            # starting | ready | stopping | gone
+    queue: collections.deque = field(default_factory=collections.deque)  # (mini-batch, attempt, timeout)
+    outbox: list = field(default_factory=list)
+    deadline: float | None = None      # of the head of the queue
     kill_at: float | None = None
     kill_reason: str | None = None
     kill_detail: str = ""
     last_rss: int = 0
+
+    def start_head(self, now: float) -> None:
+        timeout = self.queue[0][2] if self.queue else None
+        self.deadline = now + timeout if timeout else None
 
 
 class LocalWorkerPool(WorkerPool):
@@ -111,49 +117,58 @@ class LocalWorkerPool(WorkerPool):
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
         self._check_open()
         handle = self._handles[worker.id]
-        if handle.state != "idle":
-            raise RuntimeError(f"worker {worker.id} is {handle.state}, not idle")
-        handle.state, handle.mini_batch, handle.attempt = "busy", mini_batch, attempt
-        handle.timeout = timeout
-        handle.deadline = time.monotonic() + timeout if timeout else None
-        try:
-            handle.conn.send(("run", mini_batch, attempt))
-        except OSError:
-            pass  # it died just now; its sentinel reports the loss with this mini-batch
+        if handle.state != "ready":
+            raise RuntimeError(f"worker {worker.id} is {handle.state}, not ready")
+        handle.queue.append((mini_batch, attempt, timeout))
+        handle.outbox.append((mini_batch, attempt))
+        if len(handle.queue) == 1:
+            handle.start_head(time.monotonic())
 
     def wakeup(self) -> None:
         """Make a waiting `next_event` return (safe from signal handlers and other threads)."""
         os.write(self._wakeup_w, b"x")
 
     def next_event(self, timeout: float) -> Event | None:
+        if not self._events:
+            self._gather(0)
+        if not self._events:
+            self._flush()  # submissions go out only before a wait, batched per worker
+            self._gather(timeout)
+        return self._events.popleft() if self._events else None
+
+    def _gather(self, timeout: float) -> None:
         end = time.monotonic() + timeout
-        while not self._events:
+        while True:
             now = time.monotonic()
             self._enforce_deadlines(now)
-            if self._events:
-                break
-            wait_for = min(end, self._next_wakeup(now)) - now
-            if end <= now:
-                return None
-            ready = wait(self._waitables(), timeout=max(0.0, wait_for))
-            for obj in ready:
+            for obj in wait(self._waitables(), timeout=max(0.0, min(end, self._next_wakeup(now)) - now)):
                 self._handle_ready(obj)
-        return self._events.popleft()
+            if self._events or time.monotonic() >= end:
+                return
+
+    def _flush(self) -> None:
+        """Send what was submitted since the last wait, one message per worker."""
+        for handle in self._handles.values():
+            if handle.outbox:
+                try:
+                    handle.conn.send(("run", handle.outbox))
+                except (OSError, AttributeError):
+                    pass  # it died just now; its sentinel reports the loss
+                handle.outbox = []
 
     def _waitables(self) -> list:
         objs: list = [self._wakeup_r]
         for handle in self._handles.values():
-            if handle.state != "gone":
-                objs.append(handle.sentinel)
-                if handle.conn is not None:
-                    objs.append(handle.conn)
+            objs.append(handle.sentinel)
+            if handle.conn is not None:
+                objs.append(handle.conn)
         return objs
 
     def _next_wakeup(self, now: float) -> float:
         times = [now + 3600]
         for handle in self._handles.values():
             times += [t for t in (handle.deadline, handle.kill_at) if t is not None]
-        if any(h.state == "busy" for h in self._handles.values()):
+        if any(h.queue for h in self._handles.values()):
             times.append(self._next_memory_check)
         return min(times)
 
@@ -165,20 +180,23 @@ class LocalWorkerPool(WorkerPool):
             if obj is handle.conn:
                 self._receive(handle)
                 return
-            if obj == handle.sentinel and handle.state != "gone":
+            if obj == handle.sentinel:
                 self._reap(handle)
                 return
 
     def _receive(self, handle: _Handle) -> None:
+        """Read every message the worker has sent so far."""
         try:
-            message = handle.conn.recv()
+            while handle.conn.poll():
+                self._on_message(handle, handle.conn.recv())
         except (EOFError, OSError):
             handle.conn.close()
             handle.conn = None  # the sentinel tells the rest
-            return
+
+    def _on_message(self, handle: _Handle, message: tuple) -> None:
         kind = message[0]
         if kind == "ready":
-            handle.state = "idle"
+            handle.state = "ready"
             self._events.append(Ready(handle.info))
         elif kind == "init_failed":
             handle.state = "stopping"
@@ -187,16 +205,16 @@ class LocalWorkerPool(WorkerPool):
             self._events.append(ItemsLoaded(handle.info, message[1], message[2]))
         elif kind == "hang_timeout":
             self._set_hang_timeout(handle, message[1])
-        elif kind == "result" and handle.state == "busy":
-            mini_batch, attempt = handle.mini_batch, handle.attempt
-            handle.state, handle.mini_batch, handle.deadline = "idle", None, None
+        elif kind == "result" and handle.queue:
+            mini_batch, attempt, _ = handle.queue.popleft()
+            handle.start_head(time.monotonic())
             self._events.append(Finished(handle.info, mini_batch, attempt, message[2]))
 
     def _set_hang_timeout(self, handle: _Handle, seconds: float | None) -> None:
-        if handle.state != "busy":
+        if not handle.queue:
             return
         if seconds is not None and seconds < 0:
-            seconds = handle.timeout
+            seconds = handle.queue[0][2]
         handle.deadline = time.monotonic() + seconds if seconds else None
         self._events.append(HangTimeoutChanged(handle.info, seconds))
 
@@ -207,10 +225,10 @@ class LocalWorkerPool(WorkerPool):
             if handle.kill_at is not None and now >= handle.kill_at:
                 handle.kill_at = None
                 _kill_group(handle.process.pid)
-            elif handle.state == "busy" and handle.deadline is not None and now >= handle.deadline:
+            elif handle.queue and handle.deadline is not None and now >= handle.deadline:
                 handle.deadline = None
-                self._dump_and_kill(handle, "timed_out",
-                                    f"run() exceeded {handle.timeout:g} s on mini-batch {handle.mini_batch.index}")
+                mini_batch, _, timeout = handle.queue[0]
+                self._dump_and_kill(handle, "timed_out", f"run() exceeded {timeout:g} s on mini-batch {mini_batch.index}")
         if now >= self._next_memory_check:
             self._next_memory_check = now + _MEMORY_CHECK_S
             self._sample_memory()
@@ -231,20 +249,22 @@ class LocalWorkerPool(WorkerPool):
         SIGKILL from the kernel's OOM killer can be recognised."""
         limit = self.settings.memory_limit
         for handle in self._handles.values():
-            if handle.state != "busy" or handle.kill_reason:
+            if not handle.queue or handle.kill_reason:
                 continue
             rss = handle.last_rss = _tree_rss(handle.process.pid)
             if limit and rss > limit:
                 handle.kill_reason = "out_of_memory"
-                handle.kill_detail = f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
+                handle.kill_detail = (f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit "
+                                      f"{limit / 2**20:.0f} MB")
                 _kill_group(handle.process.pid)
 
     def _reap(self, handle: _Handle) -> None:
         """The worker process exited: free its slot and GPU, and say what it held."""
         exit_code = handle.process.wait()
         _kill_group(handle.process.pid)  # anything it started
-        previous = handle.state
-        handle.state = "gone"
+        if handle.conn is not None:
+            self._receive(handle)  # results it sent before it died still count
+        previous, handle.state = handle.state, "gone"
         if handle.conn is not None:
             handle.conn.close()
             handle.conn = None
@@ -260,10 +280,11 @@ class LocalWorkerPool(WorkerPool):
             self._events.append(InitFailed(handle.info, f"worker exited with {exit_name(exit_code)} during init()"
                                            f"{_stderr_tail(handle)}"))
             return
-        reason = handle.kill_reason or "crashed"
-        detail = handle.kill_detail or f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}" \
-                                       f"{_stderr_tail(handle)}"
-        self._events.append(Lost(handle.info, handle.mini_batch, handle.attempt, reason, exit_code, detail))
+        head, attempt = (handle.queue.popleft()[:2] if handle.queue else (None, 0))
+        detail = handle.kill_detail or (f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}"
+                                        f"{_stderr_tail(handle)}")
+        self._events.append(Lost(handle.info, head, attempt, handle.kill_reason or "crashed", exit_code, detail,
+                                 tuple((mb, a) for mb, a, _ in handle.queue)))
 
     # Closing -------------------------------------------------------------------------------
 
@@ -273,7 +294,7 @@ class LocalWorkerPool(WorkerPool):
             return
         self._closed = True
         for handle in self._handles.values():
-            if handle.conn is not None and handle.state == "idle":
+            if handle.conn is not None and handle.state == "ready" and not handle.queue:
                 try:
                     handle.conn.send(("stop",))
                 except OSError:
@@ -285,11 +306,9 @@ class LocalWorkerPool(WorkerPool):
             try:
                 handle.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self._dump_and_kill(handle, "exit_hang", f"shutdown() did not finish within {self.settings.shutdown_timeout:g} s")
+                self._dump_and_kill(handle, "exit_hang", f"shutdown() did not finish within "
+                                                         f"{self.settings.shutdown_timeout:g} s")
                 time.sleep(_DUMP_GRACE_S)
-                _kill_group(handle.process.pid)
-                handle.process.wait()
-            _kill_group(handle.process.pid)
             self._reap(handle)
         os.close(self._wakeup_r)
         os.close(self._wakeup_w)

@@ -1,13 +1,15 @@
 """The local worker process: `python -m parallel_steps.pool.local_worker FD`.
 
 A short loop in the spirit of concurrent.futures' `_process_worker`: receive the
-spec, init once, then receive a mini-batch, run it, send the outcome. A watchdog
+spec, init once, then run the mini-batches it is given in order, answering each
+as soon as it is done. A watchdog
 thread ends the worker (and its children) when the driver is gone, so even a
 SIGKILLed driver leaves no orphans.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import sys
@@ -38,14 +40,19 @@ def main(fd: int, parent_pid: int) -> int:
         conn.send(("init_failed", str(exc)))
         return 3
     conn.send(("ready",))
+    queue: collections.deque = collections.deque()
     while True:
+        # Block only when there is nothing to run; otherwise take what has arrived meanwhile.
         try:
-            message = conn.recv()
+            while not queue or conn.poll():
+                message = conn.recv()
+                if message[0] == "stop":
+                    runtime.shutdown()
+                    return 0
+                queue.extend(message[1])
         except EOFError:
             break
-        if message[0] == "stop":
-            break
-        _, mini_batch, attempt = message
+        mini_batch, attempt = queue.popleft()
         outcome = runtime.run(mini_batch, attempt, on_loaded=lambda n: conn.send(("loaded", mini_batch.index, n)))
         sys.stdout.flush()
         sys.stderr.flush()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..inputs.minibatch import MiniBatch
+from .output import Part
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -28,7 +29,9 @@ CREATE TABLE IF NOT EXISTS mini_batches (
     descriptor BLOB NOT NULL,
     state TEXT NOT NULL DEFAULT 'pending',   -- pending | succeeded | failed
     attempts INTEGER NOT NULL DEFAULT 0,
-    part TEXT,                               -- output part of the successful attempt
+    part TEXT,                               -- spool file, offset and length of the successful
+    part_offset INTEGER,                     -- attempt's rows (see store/output.py)
+    part_length INTEGER,
     returned INTEGER,                        -- elements run() returned
     items_failed INTEGER,
     reused_from TEXT,                        -- run id the result was taken from
@@ -37,7 +40,7 @@ CREATE TABLE IF NOT EXISTS mini_batches (
     worker TEXT,
     duration REAL
 );
-CREATE TABLE IF NOT EXISTS attempts (
+CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the successful one is in mini_batches)
     idx INTEGER NOT NULL,
     attempt INTEGER NOT NULL,
     worker TEXT,
@@ -95,12 +98,12 @@ class Ledger:
     def add(self, rows: Iterable[tuple[MiniBatch, dict[str, Any] | None]]) -> None:
         """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded."""
         self._db.executemany(
-            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, state, part,"
-            " returned, items_failed, reused_from) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, state, part, part_offset,"
+            " part_length, returned, items_failed, reused_from) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             ((mb.index, mb.fingerprint, mb.describe(), mb.items, mb.nbytes,
-              pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL),
-              "succeeded" if reuse else "pending",
-              *((reuse["part"], reuse["returned"], reuse["items_failed"], reuse["run_id"]) if reuse else (None,) * 4))
+              pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL), "succeeded" if reuse else "pending",
+              *(reuse["part"] or (None, None, None) if reuse else (None, None, None)),
+              *((reuse["returned"], reuse["items_failed"], reuse["run_id"]) if reuse else (None,) * 3))
              for mb, reuse in rows))
 
     def pending(self, chunk: int = 1000) -> Iterator[MiniBatch]:
@@ -121,11 +124,12 @@ class Ledger:
         self._db.execute("INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?)",
                          (idx, attempt, worker, pid, started, time.time(), outcome, error, exit_code))
 
-    def succeed(self, idx: int, attempts: int, part: str | None, returned: int, items_failed: int,
+    def succeed(self, idx: int, attempts: int, part: Part | None, returned: int, items_failed: int,
                 items: int | None, worker: str, duration: float) -> None:
-        self._db.execute("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, returned=?, items_failed=?,"
-                         " items=coalesce(items, ?), worker=?, duration=?, error=NULL WHERE idx=?",
-                         (attempts, part, returned, items_failed, items, worker, duration, idx))
+        self._db.execute("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?,"
+                         " returned=?, items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL"
+                         " WHERE idx=?", (attempts, *(part or (None, None, None)), returned, items_failed, items,
+                                          worker, duration, idx))
 
     def fail(self, idx: int, attempts: int, error: str, exit_code: int | None, items: int | None,
              worker: str, duration: float) -> None:
@@ -135,17 +139,19 @@ class Ledger:
 
     # Reading ---------------------------------------------------------------------
 
-    def parts(self) -> Iterator[tuple[int, str]]:
-        """(index, part) of every succeeded mini-batch that wrote rows, in plan order."""
-        yield from self._db.execute("SELECT idx, part FROM mini_batches WHERE state='succeeded' AND part IS NOT NULL"
-                                    " ORDER BY idx")
+    def parts(self) -> Iterator[Part]:
+        """The slice of every succeeded mini-batch that returned rows, in plan order."""
+        for row in self._db.execute("SELECT part, part_offset, part_length FROM mini_batches"
+                                    " WHERE state='succeeded' AND part IS NOT NULL ORDER BY idx"):
+            yield Part(*row)
 
     def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
         """Succeeded results keyed by input fingerprint: what a later run may reuse."""
-        rows = self._db.execute("SELECT fingerprint, part, returned, items_failed, items FROM mini_batches"
-                                " WHERE state='succeeded'")
-        return {fp: dict(part=part, returned=returned, items_failed=failed, items=items)
-                for fp, part, returned, failed, items in rows}
+        rows = self._db.execute("SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items"
+                                " FROM mini_batches WHERE state='succeeded'")
+        return {fp: dict(part=Part(path, offset, length) if path else None, returned=returned,
+                         items_failed=failed, items=items)
+                for fp, path, offset, length, returned, failed, items in rows}
 
     def counts(self) -> dict[str, int]:
         rows = self._db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state")

@@ -74,14 +74,14 @@ class RunLogs:
         logger.addHandler(self._master_handler)
         return logger
 
-    def record_attempt(self, row: dict) -> None:
-        """One row of processed_mini-batches.csv (buffered; flushed by `flush`)."""
+    def record_attempt(self, row: list) -> None:
+        """One row of processed_mini-batches.csv, values in PROCESSED_COLUMNS order (buffered)."""
         if self._processed_writer is None:
             new = not self.processed.exists()
             self._processed_file = open(self.processed, "a", newline="", encoding="utf-8")
-            self._processed_writer = csv.DictWriter(self._processed_file, PROCESSED_COLUMNS, extrasaction="ignore")
+            self._processed_writer = csv.writer(self._processed_file)
             if new:
-                self._processed_writer.writeheader()
+                self._processed_writer.writerow(PROCESSED_COLUMNS)
         self._processed_writer.writerow(row)
 
     def flush(self) -> None:

@@ -1,8 +1,12 @@
-"""Output: one part file per successful attempt (written by the worker), assembled in plan order.
+"""Output: each worker appends the rows of its successful attempts to its own spool file, and the
+output file is assembled from the slices the ledger names, in plan order.
 
-Parts make exactly-once cheap: an attempt writes its own part, the ledger names the
-part of the one successful attempt, and assembly reads only the parts the ledger
-names. The output file appears atomically (written beside it, then renamed).
+Exactly once, cheaply: an attempt's rows become one slice (path, offset, length)
+of its worker's spool, written and flushed before the worker reports success;
+the ledger names the slice of the one successful attempt, and assembly reads
+only named slices. A worker killed halfway leaves an unnamed tail that nothing
+reads. One spool per worker (not a file per mini-batch) keeps file creation off
+the hot path. The output file appears atomically (written beside, then renamed).
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-TEXT_FORMATS = ("txt", "jsonl", "csv")
+
+class Part(NamedTuple):
+    """A slice of a spool file holding one mini-batch's rows."""
+
+    path: str
+    offset: int
+    length: int
 
 
 def count_rows(result: Any) -> int:
@@ -28,24 +38,41 @@ def count_rows(result: Any) -> int:
     return len(result)
 
 
-def write_part(result: Any, base: str, fmt: str) -> str | None:
-    """Write run()'s result as `base.<fmt>`; returns the part path, or None when it has no rows."""
-    if count_rows(result) == 0:
-        return None
-    path = f"{base}.{fmt}"
-    if fmt == "txt":
-        with open(path, "w", encoding="utf-8") as file:
-            file.writelines(f"{line}\n" for line in _text_rows(result))
-    elif fmt == "jsonl":
-        with open(path, "w", encoding="utf-8") as file:
-            file.writelines(json.dumps(row, default=str, ensure_ascii=False) + "\n" for row in _records(result))
-    elif fmt == "csv":
-        _to_pandas(result).to_csv(path, index=False)
-    else:
-        import pyarrow.parquet as pq
+class Spool:
+    """One worker's append-only file of result slices."""
 
-        pq.write_table(_to_arrow(result), path)
-    return path
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "ab")  # append: a resumed run's worker continues after old slices
+
+    def append(self, result: Any, fmt: str) -> Part | None:
+        """Write run()'s result as one slice in `fmt`; None when it has no rows."""
+        if count_rows(result) == 0:
+            return None
+        data = encode(result, fmt)
+        offset = self._file.tell()
+        self._file.write(data)
+        self._file.flush()  # readable by the driver before the worker reports success
+        return Part(self.path, offset, len(data))
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def encode(result: Any, fmt: str) -> bytes:
+    """The bytes of one slice: text lines, JSON lines, CSV with a header, or a Parquet file."""
+    if fmt == "txt":
+        return "".join(f"{line}\n" for line in _text_rows(result)).encode("utf-8")
+    if fmt == "jsonl":
+        return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n"
+                       for row in _records(result)).encode("utf-8")
+    if fmt == "csv":
+        return _to_pandas(result).to_csv(index=False).encode("utf-8")
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(_to_arrow(result), buffer)
+    return buffer.getvalue()
 
 
 def _is_frame(result: Any) -> bool:
@@ -90,78 +117,99 @@ def _to_arrow(result: Any):
 # Assembly ----------------------------------------------------------------------
 
 
-def assemble(parts: Iterable[str], target: Path, fmt: str) -> None:
-    """Write every part, in the given order, into `target`, atomically."""
+class _SliceReader:
+    """Reads slices, keeping each spool file open once."""
+
+    def __init__(self):
+        self._files: dict[str, Any] = {}
+
+    def read(self, part: Part) -> bytes:
+        file = self._files.get(part.path)
+        if file is None:
+            file = self._files[part.path] = open(part.path, "rb")
+        file.seek(part.offset)
+        return file.read(part.length)
+
+    def close(self) -> None:
+        for file in self._files.values():
+            file.close()
+
+
+def assemble(parts: Iterable[Part], target: Path, fmt: str) -> None:
+    """Write every slice, in the given order, into `target`, atomically."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    reader = _SliceReader()
     try:
         if fmt == "parquet":
-            _assemble_parquet(list(parts), tmp)
+            _assemble_parquet(list(parts), tmp, reader)
         elif fmt == "csv":
-            _assemble_csv(list(parts), tmp)
+            _assemble_csv(list(parts), tmp, reader)
         else:
             with open(tmp, "wb") as out:
                 for part in parts:
-                    with open(part, "rb") as src:
-                        shutil.copyfileobj(src, out, 1 << 20)
+                    out.write(reader.read(part))
         os.replace(tmp, target)
     finally:
+        reader.close()
         tmp.unlink(missing_ok=True)
 
 
-def _assemble_csv(parts: list[str], tmp: Path) -> None:
-    """Concatenate CSV parts under one header; parts with other columns are aligned to the union."""
-    headers = []
-    for part in parts:
-        with open(part, encoding="utf-8", newline="") as file:
-            headers.append(file.readline())
-    columns: list[str] = []
-    for header in dict.fromkeys(headers):
-        for name in next(csv.reader([header])):
-            if name not in columns:
-                columns.append(name)
-    with open(tmp, "w", encoding="utf-8", newline="") as out:
+def _assemble_csv(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:
+    """Concatenate CSV slices under one header; slices with other columns are aligned to the union."""
+    with open(tmp, "wb") as out:
         if not parts:
             return
-        union = ",".join(_quote_csv(c) for c in columns) + "\n"
-        out.write(union)
+        headers = [reader.read(Part(p.path, p.offset, min(p.length, 1 << 16))).split(b"\n", 1)[0] for p in parts]
+        columns: list[str] = []
+        for header in dict.fromkeys(headers):
+            for name in next(csv.reader([header.decode("utf-8")])):
+                if name not in columns:
+                    columns.append(name)
+        union = _csv_line(columns)
+        out.write(union + b"\n")
         for part, header in zip(parts, headers):
+            data = reader.read(part)
             if header == union:
-                with open(part, encoding="utf-8", newline="") as src:
-                    src.readline()
-                    shutil.copyfileobj(src, out, 1 << 20)
+                out.write(data[len(header) + 1:])
             else:
                 import pandas as pd
 
-                pd.read_csv(part).reindex(columns=columns).to_csv(out, header=False, index=False)
+                frame = pd.read_csv(io.BytesIO(data)).reindex(columns=columns)
+                out.write(frame.to_csv(header=False, index=False).encode("utf-8"))
 
 
-def _quote_csv(name: str) -> str:
+def _csv_line(values: list[str]) -> bytes:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="").writerow([name])
-    return buffer.getvalue()
+    csv.writer(buffer, lineterminator="").writerow(values)
+    return buffer.getvalue().encode("utf-8")
 
 
-def _assemble_parquet(parts: list[str], tmp: Path) -> None:
+def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if not parts:
         pq.write_table(pa.table({}), tmp)
         return
-    schema = pa.unify_schemas([pq.read_schema(p).remove_metadata() for p in parts], promote_options="permissive")
+
+    def table(part: Part):
+        return pq.read_table(pa.BufferReader(reader.read(part))).replace_schema_metadata(None)
+
+    schema = pa.unify_schemas([pq.read_schema(pa.BufferReader(reader.read(p))).remove_metadata() for p in parts],
+                              promote_options="permissive")
     with pq.ParquetWriter(tmp, schema) as writer:
         for part in parts:
-            table = pq.read_table(part).replace_schema_metadata(None)
+            data = table(part)
             for field in schema:
-                if field.name not in table.column_names:
-                    table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
-            writer.write_table(table.select(schema.names).cast(schema))
+                if field.name not in data.column_names:
+                    data = data.append_column(field.name, pa.nulls(data.num_rows, field.type))
+            writer.write_table(data.select(schema.names).cast(schema))
 
 
 def link_or_copy(source: Path, target: Path) -> None:
     """Put `source` at `target` atomically: a hard link on the same filesystem, else a copy."""
-    if source.resolve() == target.resolve():
+    if target.exists() and source.resolve() == target.resolve():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from ..inputs.loaders import load
 from ..inputs.minibatch import MiniBatch
 from ..store.logs import WorkerLogPaths
-from ..store.output import count_rows, write_part
+from ..store.output import Part, Spool, count_rows
 from . import entry_script
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
@@ -57,8 +57,10 @@ class Outcome:
     ok: bool
     items: int | None
     returned: int = 0
-    part: str | None = None
+    part: Part | None = None
     error: str | None = None
+    started: float = 0.0
+    duration: float = 0.0
 
 
 class WorkerRuntime:
@@ -71,6 +73,7 @@ class WorkerRuntime:
         self._profiler = None
         self._error_file = None
         self._journal = None
+        self._spool: Spool | None = None
 
     def start(self) -> None:
         """Set up logging and the script's environment, import the script, call init(); raises on failure."""
@@ -78,6 +81,8 @@ class WorkerRuntime:
         self._error_file = open(spec.logs.error, "a", encoding="utf-8")
         faulthandler.register(STACK_DUMP_SIGNAL, file=self._error_file, all_threads=True)
         self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")
+        if spec.append_row:
+            self._spool = Spool(os.path.join(spec.parts_dir, f"{spec.node_id}-{spec.process_name}.{spec.output_format}"))
         root = logging.getLogger()
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -101,7 +106,7 @@ class WorkerRuntime:
             raise InitError(text) from None
 
     def run(self, mini_batch: MiniBatch, attempt: int, on_loaded: Callable[[int], None] | None = None) -> Outcome:
-        """One attempt of one mini-batch: load, run(), write the part."""
+        """One attempt of one mini-batch: load, run(), append the rows to this worker's spool."""
         started = time.time()
         items = mini_batch.items
         try:
@@ -110,16 +115,13 @@ class WorkerRuntime:
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)
             result = self._call(self._entry["run"], data)
-            returned = count_rows(result)
-            part = None
-            if self.spec.append_row:
-                base = os.path.join(self.spec.parts_dir, f"{mini_batch.index:07d}-{attempt}")
-                part = write_part(result, base, self.spec.output_format)
-            outcome = Outcome(ok=True, items=items, returned=returned, part=part)
+            part = self._spool.append(result, self.spec.output_format) if self._spool else None
+            outcome = Outcome(ok=True, items=items, returned=count_rows(result), part=part)
         except Exception as exc:
             outcome = Outcome(ok=False, items=items,
                               error=self._log_error(f"run() on mini-batch {mini_batch.index} attempt {attempt}", exc))
-        self._journal_line(mini_batch, attempt, outcome, started)
+        outcome.started, outcome.duration = started, time.time() - started
+        self._journal_line(mini_batch, attempt, outcome)
         return outcome
 
     def shutdown(self) -> None:
@@ -134,6 +136,8 @@ class WorkerRuntime:
         for stream in (sys.stdout, sys.stderr, self._journal, self._error_file):
             if stream:
                 stream.flush()
+        if self._spool:
+            self._spool.close()
 
     # Internals ------------------------------------------------------------------
 
@@ -168,14 +172,14 @@ class WorkerRuntime:
         self._error_file.flush()
         return text
 
-    def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome, started: float) -> None:
+    def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome) -> None:
         items = outcome.items if outcome.items is not None else "?"
         succeeded = min(outcome.returned, outcome.items or outcome.returned) if outcome.ok else 0
         failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
         self._journal.write(
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} pid={os.getpid()}"
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(outcome.started))} pid={os.getpid()}"
             f" mini_batch={mini_batch.index} attempt={attempt} items={items} succeeded={succeeded} failed={failed}"
-            f" {'ok' if outcome.ok else 'error'} duration={time.time() - started:.3f}s\n")
+            f" {'ok' if outcome.ok else 'error'} duration={outcome.duration:.3f}s\n")
 
 
 class InitError(Exception):

@@ -1,0 +1,107 @@
+"""Executor overhead: the whole `parallel-steps run` command against multiprocessing.Pool, same run.
+
+    python bench/overhead.py [--files 200000] [--cpu-files 20000] [--workers 2]
+
+Workloads (mini-batches of 10 files):
+  overhead  run() returns its input: measures bookkeeping (plan, ledger, logs, output, progress).
+  cpu       about 1 ms of pure-Python work per item: measures what users pay on real work.
+The baseline is what one would write by hand: list and chunk the files, then
+`multiprocessing.Pool(workers).imap_unordered(run, batches)` writing every row to one file.
+Also prints the wall of a one-file run (start-up cost).
+"""
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+SCRIPT = textwrap.dedent("""
+    import os
+    LOOPS = int(os.environ.get("BENCH_LOOPS", "0"))
+
+    def work(item):
+        total = 0
+        for i in range(LOOPS):
+            total += i * i
+        return item
+
+    def run(mini_batch):
+        return [work(p) for p in mini_batch] if LOOPS else mini_batch
+""")
+
+
+def calibrate_loops(target_s: float = 0.001) -> int:
+    loops = 10_000
+    start = time.perf_counter()
+    total = 0
+    for i in range(loops):
+        total += i * i
+    return max(1, int(loops * target_s / (time.perf_counter() - start)))
+
+
+def _baseline_run(mini_batch):
+    import bench_entry  # the same entry script, imported in the Pool's worker
+
+    return bench_entry.run(mini_batch)
+
+
+def baseline(folder: str, output: str, workers: int) -> float:
+    start = time.perf_counter()
+    names = sorted(os.listdir(folder))
+    batches = [[os.path.join(folder, n) for n in names[i:i + 10]] for i in range(0, len(names), 10)]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool, open(output, "w") as out:
+        for rows in pool.imap_unordered(_baseline_run, batches):
+            out.writelines(f"{row}\n" for row in rows)
+    return time.perf_counter() - start
+
+
+def ours(folder: str, script: str, output: str, workers: int, root: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", script, "--input", folder,
+                    "--mini-batch-size", "10", "--process-count-per-node", str(workers), "--output", output,
+                    "--allow-reuse", "false", "--set", f"run_root={root}"], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def make_files(folder: str, count: int) -> None:
+    os.makedirs(folder)
+    for i in range(count):
+        open(os.path.join(folder, f"{i:08d}.txt"), "w").close()
+
+
+def compare(name: str, files: int, loops: int, workers: int, tmp: str) -> None:
+    os.environ["BENCH_LOOPS"] = str(loops)
+    folder = os.path.join(tmp, f"in-{name}")
+    make_files(folder, files)
+    base = baseline(folder, os.path.join(tmp, f"base-{name}.txt"), workers)
+    mine = ours(folder, os.path.join(tmp, "bench_entry.py"), os.path.join(tmp, f"out-{name}"), workers,
+                os.path.join(tmp, "runs"))
+    print(f"{name:9} {files:>7} files  Pool {base:7.2f} s   parallel-steps {mine:7.2f} s   ratio {mine / base:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=200_000)
+    parser.add_argument("--cpu-files", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "bench_entry.py"), "w") as file:
+            file.write(SCRIPT)
+        sys.path.insert(0, tmp)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))
+        compare("overhead", args.files, 0, args.workers, tmp)
+        compare("cpu", args.cpu_files, calibrate_loops(), args.workers, tmp)
+        os.environ["BENCH_LOOPS"] = "0"
+        make_files(os.path.join(tmp, "one"), 1)
+        wall = ours(os.path.join(tmp, "one"), os.path.join(tmp, "bench_entry.py"), os.path.join(tmp, "out-one"),
+                    1, os.path.join(tmp, "runs"))
+        print(f"one file  start-up wall {wall:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
