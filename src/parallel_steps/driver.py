@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .config import ParallelRunConfig
@@ -23,6 +24,7 @@ from .pool.base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLo
 from .store.ledger import Ledger
 from .store.logs import RunLogs, timestamp
 from .store.output import Part
+from .store.runs import cancel_requested
 
 _TICK_S = 0.5           # the longest the loop waits without looking at the clock and the cancel flag
 _PROGRESS_EVERY_S = 2.0
@@ -90,7 +92,8 @@ class Driver:
 
     def __init__(self, config: ParallelRunConfig, ledger: Ledger, logs: RunLogs, logger: logging.Logger,
                  pool: WorkerPool, counters: Counters, on_progress: ProgressCallback | None = None,
-                 on_event: EventCallback | None = None, cancel: threading.Event | None = None):
+                 on_event: EventCallback | None = None, cancel: threading.Event | None = None,
+                 run_dir: Path | None = None):
         self.config = config
         self.ledger = ledger
         self.logs = logs
@@ -100,6 +103,8 @@ class Driver:
         self.on_progress = on_progress
         self.on_event = on_event
         self.cancel = cancel or threading.Event()
+        self.run_dir = run_dir
+        self._next_cancel_check = 0.0
         self.policy = RetryPolicy(config.fault_tolerant_policy, config.run_max_try, config.retryable_errors,
                                   config.retryable_exit_codes)
         self.errors: dict[str, _ErrorGroup] = {}
@@ -128,8 +133,7 @@ class Driver:
         try:
             self._expect_workers()
             while self._has_work():
-                if self.cancel.is_set():
-                    raise JobFailed(getattr(self.cancel, "reason", Cancel.reason), "Canceled")
+                self._check_canceled()
                 self._dispatch()
                 event = self.pool.next_event(_TICK_S)
                 while event is not None:
@@ -146,6 +150,17 @@ class Driver:
         self._commit()
         self._report_progress(force=True)
         return status, reason
+
+    def _check_canceled(self) -> None:
+        """The cancel flag (signals, on_kill, Prefect), or a cancel request file (`parallel-steps cancel`)."""
+        if self.cancel.is_set():
+            raise JobFailed(getattr(self.cancel, "reason", Cancel.reason), "Canceled")
+        now = time.monotonic()
+        if self.run_dir is not None and now >= self._next_cancel_check:
+            self._next_cancel_check = now + _TICK_S
+            reason = cancel_requested(self.run_dir)
+            if reason:
+                raise JobFailed(reason, "Canceled")
 
     def _expect_workers(self) -> None:
         settings = self.pool.settings

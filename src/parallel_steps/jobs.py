@@ -1,18 +1,32 @@
-"""Job control over run directories: find a run by id or folder, and report its state.
+"""Job control, like a batch service's job object: submit a run to the background, then find it by id
+or folder and ask its state, wait for it, cancel it, read its logs, list and clean runs.
 
-A run's state comes from `run.json` (written at start and end) and its ledger
-(committed as mini-batches finish), so a running run reports live counts.
+A run's state comes from `run.json` (written when it is queued, starts and ends) and
+its ledger (committed as mini-batches finish), so a running run reports live counts.
+Cancel is a request file in the run directory that the driver checks, so it works
+from any process that sees the folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, ParallelStepsError
 from .store.ledger import Ledger
-from .store.runs import RunIndex, driver_alive, read_summary
+from .store.runs import ACTIVE, RunIndex, driver_alive, new_run_id, read_summary, request_cancel, write_summary
+
+TERMINAL = ("Succeeded", "Failed", "Canceled")
+_POLL_S = 0.5
 
 
 def default_run_root(run_root: str | None = None) -> Path:
@@ -37,26 +51,266 @@ def resolve_run(run: str, run_root: str | None = None) -> Path:
     raise InputError(run, f"no such run (not a run directory, nor a run id under {root})")
 
 
+# Submitting ------------------------------------------------------------------------------
+
+
+def submit(config, run_id: str | None = None, run_dir: str | os.PathLike | None = None) -> RunHandle:
+    """Start the step in a background process that outlives the caller; returns its handle at once.
+
+    Everything that can be checked is checked here first, so a bad config or a missing
+    input raises now instead of failing in the background.
+    """
+    from .step import check_inputs
+
+    check_inputs(config)
+    run_id = run_id or new_run_id(config.name)
+    folder = Path(run_dir).absolute() if run_dir else config.resolved_run_root() / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "step.json").write_text(config.model_dump_json())
+    _queued(folder, run_id, config.name, pid=None)
+    with open(folder / "driver.log", "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "parallel_steps.jobs", str(folder), run_id],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    index = RunIndex(config.resolved_run_root())
+    try:
+        index.register(run_id, config.name, folder, "Queued", pid=process.pid)
+    finally:
+        index.close()
+    return RunHandle(folder)
+
+
+def _queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
+    write_summary(run_dir, dict(run_id=run_id, name=name, status="Queued", status_reason="planning",
+                                run_dir=str(run_dir), pid=pid, host=os.uname().nodename))
+
+
+def _run_detached(run_dir: str, run_id: str) -> int:
+    """The background process of `submit`: run the step saved in the run directory."""
+    from .config import ParallelRunConfig
+    from .driver import Cancel
+    from .errors import StepFailed
+    from .step import run_step
+
+    config = ParallelRunConfig.model_validate_json(Path(run_dir, "step.json").read_text())
+    _queued(Path(run_dir), run_id, config.name, pid=os.getpid())  # now `status` can tell if it dies
+    cancel = Cancel()
+    signal.signal(signal.SIGTERM, lambda *_: cancel.cancel("canceled by the user (SIGTERM)"))
+    try:
+        run_step(config, run_dir=run_dir, run_id=run_id, cancel=cancel)
+    except StepFailed:
+        return 1
+    except Exception as exc:  # found in the background (e.g. an input error): the run failed with it
+        write_summary(Path(run_dir), dict(read_summary(Path(run_dir)) or {}, status="Failed",
+                                          status_reason=f"{type(exc).__name__}: {exc}"))
+        return 2
+    return 0
+
+
+class RunHandle:
+    """A submitted or earlier run, by its run directory."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+
+    @property
+    def run_id(self) -> str:
+        return self.summary().get("run_id", self.run_dir.name)
+
+    def status(self) -> str:
+        """`Queued`, `Running`, `Succeeded`, `Failed` or `Canceled`."""
+        return self.summary()["status"]
+
+    def summary(self) -> dict[str, Any]:
+        return run_status(str(self.run_dir))
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the run ends (or `timeout` seconds pass: TimeoutError); returns its summary."""
+        return wait(str(self.run_dir), timeout=timeout)
+
+    def cancel(self) -> None:
+        cancel(str(self.run_dir))
+
+    def logs(self, mini_batch: int | None = None, stderr: bool = False) -> str:
+        return "".join(logs(str(self.run_dir), mini_batch=mini_batch, stderr=stderr))
+
+    def __repr__(self) -> str:
+        return f"RunHandle({str(self.run_dir)!r})"
+
+
+# Asking -----------------------------------------------------------------------------------
+
+
 def run_status(run: str, run_root: str | None = None, mini_batches: bool = False) -> dict[str, Any]:
     """The summary of a run, with live counts from its ledger while it runs."""
     run_dir = resolve_run(run, run_root)
-    summary = read_summary(run_dir) or {"run_id": run_dir.name, "status": "Queued", "status_reason": "not started yet",
+    summary = read_summary(run_dir) or {"run_id": run_dir.name, "status": "Queued", "status_reason": "not started",
                                         "run_dir": str(run_dir)}
+    if summary["status"] in ACTIVE and not driver_alive(summary):
+        summary.update(status="Failed", status_reason="the driver process is gone (killed, or its machine lost); "
+                                                      "rerun the step to resume it")
     ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
     if ledger is None:
         return summary
     try:
         counts = ledger.counts()
-        if summary["status"] in ("Queued", "Running"):
-            summary.update(mini_batches_total=sum(counts.values()),
-                           mini_batches_succeeded=counts.get("succeeded", 0),
+        if summary["status"] in ACTIVE:
+            summary.update(mini_batches_total=sum(counts.values()), mini_batches_succeeded=counts.get("succeeded", 0),
                            mini_batches_failed=counts.get("failed", 0))
-            if not driver_alive({"pid": summary.get("pid"), "host": summary.get("host")}):
-                summary.update(status="Failed", status_reason="the driver process is gone (killed or lost); "
-                                                              "rerun the step to resume")
         summary["mini_batches_pending"] = counts.get("pending", 0)
         if mini_batches:
             summary["mini_batches"] = ledger.rows()
     finally:
         ledger.close()
     return summary
+
+
+def wait(run: str, run_root: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while (summary := run_status(run, run_root))["status"] not in TERMINAL:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"run {summary['run_id']} is still {summary['status']} after {timeout:g} s")
+        time.sleep(_POLL_S)
+    return summary
+
+
+def cancel(run: str, run_root: str | None = None, reason: str = "canceled by the user") -> dict[str, Any]:
+    """Ask the run's driver to stop (it notices within a second and stops every worker)."""
+    run_dir = resolve_run(run, run_root)
+    summary = run_status(str(run_dir))
+    if summary["status"] in TERMINAL:
+        raise ParallelStepsError(f"run {summary['run_id']} already ended: {summary['status']}")
+    request_cancel(run_dir, reason)
+    return summary
+
+
+# Logs -------------------------------------------------------------------------------------
+
+
+def logs(run: str, run_root: str | None = None, mini_batch: int | None = None, stderr: bool = False,
+         follow: bool = False) -> Iterator[str]:
+    """The driver's log (`master_role.txt`), or workers' stderr, or everything about one mini-batch;
+    with `follow`, keep printing new lines until the run ends."""
+    run_dir = resolve_run(run, run_root)
+    if mini_batch is not None:
+        yield from _mini_batch_logs(run_dir, mini_batch, stderr)
+        return
+    if stderr:
+        files = sorted((run_dir / "logs/user/stderr").glob("*/*.stderr.txt"))
+    else:
+        files = [run_dir / "logs/sys/master_role.txt"]
+    yield from _tail(files, follow, lambda: run_status(str(run_dir))["status"] in TERMINAL)
+
+
+def _tail(files: list[Path], follow: bool, ended) -> Iterator[str]:
+    offsets = {path: 0 for path in files}
+    while True:
+        done = ended() if follow else True
+        for path in offsets:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as file:
+                    file.seek(offsets[path])
+                    text = file.read()
+                    offsets[path] = file.tell()
+            except OSError:
+                continue
+            if text:
+                yield (f"==> {path.parent.name}/{path.name} <==\n" if len(files) > 1 else "") + text
+        if done:
+            return
+        time.sleep(_POLL_S)
+
+
+def _mini_batch_logs(run_dir: Path, index: int, stderr: bool) -> Iterator[str]:
+    ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
+    if ledger is None:
+        raise InputError(str(run_dir), "has no ledger")
+    try:
+        rows, attempts = ledger.rows(index), ledger.attempts(index)
+    finally:
+        ledger.close()
+    if not rows:
+        raise InputError(str(index), f"no mini-batch with this id in {run_dir}")
+    row = rows[0]
+    yield (f"mini-batch {index}: {row['state']} after {row['attempts']} attempt(s); {row['source']}\n"
+           f"  items {row['items']}, returned {row['returned']}, failed items {row['items_failed']}, "
+           f"worker {row['worker']}, duration {row['duration'] or 0:.3f} s\n")
+    for attempt in attempts:
+        code = "" if attempt["exit_code"] is None else f" (exit code {attempt['exit_code']})"
+        yield (f"  attempt {attempt['attempt']} on {attempt['worker']} (pid {attempt['pid']}): "
+               f"{attempt['outcome']}{code}: {attempt['error']}\n")
+    workers = {w for w in [row["worker"], *(a["worker"] for a in attempts)] if w}
+    marker = re.compile(rf"mini-batch {index} attempt \d+|mini_batch={index} |on mini-batch {index}\b")
+    for worker in sorted(workers):
+        node, process = worker.split("/")
+        for path in (run_dir / f"logs/sys/node/{node}/{process}.txt", run_dir / f"logs/user/error/{node}/{process}.txt"):
+            yield from _sections(path, marker)
+        if stderr:
+            path = run_dir / f"logs/user/stderr/{node}/{process}.stderr.txt"
+            if path.exists():
+                yield f"==> {node}/{path.name} <==\n{path.read_text(errors='replace')}"
+
+
+def _sections(path: Path, marker: re.Pattern) -> Iterator[str]:
+    """Journal lines and error sections (they start with `---`) that mention the mini-batch."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    sections = re.split(r"(?m)^(?=--- )", text) if "error" in path.parts else text.splitlines(keepends=True)
+    found = [s for s in sections if marker.search(s.splitlines()[0] if s else "")]
+    if found:
+        yield f"==> {path.relative_to(path.parents[3])} <==\n" + "".join(found)
+
+
+# Listing and cleaning -----------------------------------------------------------------------
+
+
+def list_runs(run_root: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    root = default_run_root(run_root)
+    if not (root / "index.sqlite").exists():
+        return []
+    index = RunIndex(root)
+    try:
+        records = index.list(name)
+    finally:
+        index.close()
+    for record in records:
+        if record["status"] in ACTIVE and not driver_alive(record):
+            record["status"] = "Failed"
+        record["summary"] = json.loads(record["summary"]) if record["summary"] else {}
+    return records
+
+
+def clean(run_root: str | None = None, older_than_s: float | None = None, keep: int | None = None,
+          name: str | None = None) -> list[str]:
+    """Remove run directories older than `older_than_s` or beyond the `keep` newest; never a running one."""
+    if older_than_s is None and keep is None:
+        raise ParallelStepsError("clean needs --older-than or --keep")
+    root = default_run_root(run_root)
+    records = [r for r in list_runs(str(root), name) if r["status"] not in ACTIVE]
+    records.sort(key=lambda r: r["started_at"] or 0, reverse=True)
+    now, removed = time.time(), []
+    index = RunIndex(root)
+    try:
+        for position, record in enumerate(records):
+            too_old = older_than_s is not None and now - (record["ended_at"] or record["started_at"] or now) > older_than_s
+            too_many = keep is not None and position >= keep
+            if too_old or too_many:
+                shutil.rmtree(record["run_dir"], ignore_errors=True)
+                index.remove(record["run_id"])
+                removed.append(record["run_id"])
+    finally:
+        index.close()
+    return removed
+
+
+def parse_age(text: str) -> float:
+    """Seconds from `30s`, `15m`, `12h`, `7d` (a bare number is seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match:
+        raise ParallelStepsError(f"--older-than: {text!r} is not an age (use 30s, 15m, 12h, 7d)")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+if __name__ == "__main__":
+    sys.exit(_run_detached(sys.argv[1], sys.argv[2]))

@@ -20,7 +20,7 @@ from typing import Any
 from .config import ParallelRunConfig, dump_json
 from .driver import Counters, Driver, EventCallback, ProgressCallback
 from .errors import ConfigError, InputError, StepFailed
-from .inputs.planner import Planner
+from .inputs.planner import Planner, iter_files
 from .monitor import ResourceMonitor
 from .pool.base import PoolSettings, WorkerPool, node_id_of
 from .resources import default_process_count, gpu_ids
@@ -28,7 +28,7 @@ from .reuse import code_key, step_key
 from .store.ledger import Ledger
 from .store.logs import RunLogs, timestamp
 from .store.output import assemble, link_or_copy
-from .store.runs import RunIndex, key_lock, new_run_id, read_summary, write_summary
+from .store.runs import CANCEL_FILE, RunIndex, key_lock, new_run_id, read_summary, write_summary
 from .worker.runtime import WorkerSpec
 
 _SIDE_INPUT_REF = re.compile(r"\$\{side_inputs\.([A-Za-z0-9_.-]+)\}")
@@ -100,6 +100,12 @@ class ParallelRunStep:
         """Run the step (with `overrides` applied) and return the run summary; raises StepFailed."""
         return run_step(self.config.with_overrides(**overrides))
 
+    def submit(self, **overrides: Any):
+        """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""
+        from .jobs import submit
+
+        return submit(self.config.with_overrides(**overrides))
+
 
 # One run ---------------------------------------------------------------------------------------
 
@@ -167,6 +173,7 @@ class _StepRun:
             self.parts_dir.mkdir()
         self.ledger.set(run_id=self.run_id, code_key=self.code)
         self.logs = RunLogs(self.run_dir)
+        _drop_stale_cancel(self.run_dir, self.started_at)
 
     def _plan(self, index: RunIndex) -> str:
         """Write the plan into the ledger, taking finished results from this run and earlier ones."""
@@ -260,7 +267,8 @@ class _StepRun:
         logs = self.logs
         log = logs.master_logger(self.run_id)
         self._log_start(log)
-        write_summary(self.run_dir, self._summary("Running", "running", logs))
+        write_summary(self.run_dir, dict(self._summary("Running", "running", logs), pid=os.getpid(),
+                                         host=os.uname().nodename))
         try:
             status, reason = self._drive(logs, log, workers)
             if status == "Succeeded" and self.config.output_action == "append_row":
@@ -282,7 +290,7 @@ class _StepRun:
         pool = self.pool or workers.enter_context(self._pool())
         with self._monitor(logs, pool):
             self.driver = Driver(self.config, self.ledger, logs, log, pool, self.counters,
-                                 self.on_progress, self.on_event, self.cancel)
+                                 self.on_progress, self.on_event, self.cancel, self.run_dir)
             status, reason = self.driver.run()
         workers.close()  # workers stop (and run shutdown()) before the output is assembled
         logs.write_error_summary(self.driver.error_summary())
@@ -383,6 +391,15 @@ def _check(config: ParallelRunConfig, entry_callables: bytes | None) -> tuple[Pa
     return script, side_inputs
 
 
+def check_inputs(config: ParallelRunConfig, entry_callables: bytes | None = None) -> None:
+    """Check what a run needs, the inputs' existence included, without planning them."""
+    _check(config, entry_callables)
+    for dataset in config.inputs:
+        for path in dataset.path:
+            if "://" not in path:
+                next(iter_files([path]))
+
+
 def entry_script_path(config: ParallelRunConfig) -> Path:
     """The entry script (relative to source_directory when one is set), checked to exist and compile."""
     if not config.entry_script:
@@ -411,6 +428,16 @@ def _substitute(arguments: list[str], configured: dict[str, str], local: dict[st
         return local[name]
 
     return [by_path.get(arg, _SIDE_INPUT_REF.sub(replace, arg)) for arg in arguments]
+
+
+def _drop_stale_cancel(run_dir: Path, started_at: float) -> None:
+    """A cancel request left by an earlier run in this folder must not stop this one; one made after
+    the run was submitted (step.json) or started must."""
+    request = run_dir / CANCEL_FILE
+    submitted = run_dir / "step.json"
+    since = submitted.stat().st_mtime if submitted.exists() else started_at
+    if request.exists() and request.stat().st_mtime < since:
+        request.unlink()
 
 
 def _job_result(summary: dict[str, Any]) -> str:

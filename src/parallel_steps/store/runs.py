@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ParallelStepsError
 
 ACTIVE = ("Queued", "Running")
+CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -142,3 +143,15 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     tmp = path.with_name(".run.json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, default=str))
     os.replace(tmp, path)
+
+
+def request_cancel(run_dir: Path, reason: str) -> None:
+    (Path(run_dir) / CANCEL_FILE).write_text(reason)
+
+
+def cancel_requested(run_dir: Path) -> str | None:
+    """The reason of a pending cancel request, or None."""
+    try:
+        return (Path(run_dir) / CANCEL_FILE).read_text().strip() or "canceled by the user"
+    except OSError:
+        return None

@@ -80,7 +80,7 @@ class WorkerRuntime:
         spec = self.spec
         self._error_file = open(spec.logs.error, "a", encoding="utf-8")
         faulthandler.register(STACK_DUMP_SIGNAL, file=self._error_file, all_threads=True)
-        self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")
+        self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8", buffering=1)  # line by line
         if spec.append_row:
             self._spool = Spool(os.path.join(spec.parts_dir, f"{spec.node_id}-{spec.process_name}.{spec.output_format}"))
         root = logging.getLogger()

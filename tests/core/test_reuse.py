@@ -1,0 +1,207 @@
+"""Reuse and resume: whole-step reuse, per-mini-batch reuse keyed on inputs, resume after any failure."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from parallel_steps import ParallelRunConfig, StepFailed
+from parallel_steps.step import reuse_key, run_step
+
+from .conftest import output_lines
+
+COUNTING = """
+import os, sys, time
+from pathlib import Path
+SLEEP = float(os.environ.get("SLEEP", "0"))
+def run(mini_batch):
+    first = Path(mini_batch[0]).name
+    with open(Path("calls") / first, "a") as calls:
+        calls.write("x")
+    time.sleep(SLEEP)
+    tag = sys.argv[1] if len(sys.argv) > 1 else ""
+    return [tag + Path(p).read_text().strip() for p in mini_batch]
+"""
+
+
+@pytest.fixture
+def counting(tmp_path, make_files, write_script):
+    make_files(50)
+    write_script(COUNTING)
+    (tmp_path / "calls").mkdir()
+    return tmp_path
+
+
+def calls(folder: Path) -> dict[str, int]:
+    return {p.name: len(p.read_text()) for p in (folder / "calls").iterdir()}
+
+
+def reset_calls(folder: Path) -> None:
+    for path in (folder / "calls").iterdir():
+        path.unlink()
+
+
+def config(**fields):
+    fields = {"entry_script": "score.py", "inputs": ["data"], "mini_batch_size": 5, "process_count_per_node": 2,
+              "output": "out", **fields}
+    return ParallelRunConfig(**fields)
+
+
+class TestWholeStepReuse:
+    def test_identical_rerun_is_reused_without_starting_a_worker(self, counting):
+        first = run_step(config())
+        before = Path(first["output_file"]).read_bytes()
+        reset_calls(counting)
+        again = run_step(config())
+        assert again["reused"] is True and again["run_id"] == first["run_id"]
+        assert (again["workers_started"], again["mini_batches_run"], again["mini_batches_reused"]) == (0, 0, 10)
+        assert calls(counting) == {}
+        assert Path(again["output_file"]).read_bytes() == before
+        assert len([p for p in Path("runs").iterdir() if p.name.startswith("parallel-run")]) == 1
+
+    def test_reuse_restores_the_output_into_another_folder(self, counting):
+        first = run_step(config())
+        again = run_step(config(output="elsewhere"))
+        assert again["reused"] and Path("elsewhere/parallel_run_step.txt").read_bytes() == \
+            Path(first["output_file"]).read_bytes()
+
+    def test_allow_reuse_false_always_runs(self, counting):
+        run_step(config())
+        reset_calls(counting)
+        again = run_step(config(allow_reuse=False))
+        assert again["reused"] is False and len(calls(counting)) == 10
+
+    @pytest.mark.parametrize("change", [dict(process_count_per_node=1), dict(run_invocation_timeout=5),
+                                        dict(logging_level="DEBUG"), dict(node_count=2)])
+    def test_speed_only_fields_keep_the_key(self, counting, change):
+        assert reuse_key(config()) == reuse_key(config(**change))
+        run_step(config())
+        assert run_step(config(**change))["reused"] is True
+
+
+class TestPerMiniBatchReuse:
+    def test_changing_one_file_reruns_only_its_mini_batch(self, counting):
+        run_step(config())
+        reset_calls(counting)
+        (counting / "data" / "f0023.txt").write_text("changed\n")
+        partial = run_step(config())
+        assert calls(counting) == {"f0020.txt": 1}
+        assert (partial["mini_batches_reused"], partial["mini_batches_run"], partial["reused"]) == (9, 1, False)
+        fresh = run_step(config(allow_reuse=False, output="fresh"))
+        assert Path(partial["output_file"]).read_bytes() == Path(fresh["output_file"]).read_bytes()
+        assert "changed" in output_lines(partial)
+
+    @pytest.mark.parametrize("change", ["script", "argument", "side_input", "mini_batch_size"])
+    def test_result_affecting_changes_rerun_everything(self, counting, change):
+        (counting / "model").mkdir()
+        (counting / "model" / "weights.txt").write_text("v1")
+        base = dict(side_inputs={"model": "model"})
+        run_step(config(**base))
+        reset_calls(counting)
+        fields = dict(base)
+        if change == "script":
+            (counting / "score.py").write_text(COUNTING + "\n# edited\n")
+        elif change == "argument":
+            fields["arguments"] = ["v2:"]
+        elif change == "side_input":
+            (counting / "model" / "weights.txt").write_text("v2 weights")
+        else:
+            fields["mini_batch_size"] = 10
+        summary = run_step(config(**fields))
+        assert summary["mini_batches_reused"] == 0 and summary["reused"] is False
+        assert sum(calls(counting).values()) == summary["mini_batches_total"]
+
+    def test_content_fingerprints_ignore_touching_files(self, counting):
+        run_step(config(reuse_fingerprint="content"))
+        os.utime(counting / "data" / "f0001.txt", (1, 1))
+        assert run_step(config(reuse_fingerprint="content"))["reused"] is True
+        os.utime(counting / "data" / "f0001.txt", (2, 2))
+        assert run_step(config())["reused"] is False, "stat fingerprints see the new mtime"
+
+
+class TestResume:
+    def test_failed_threshold_run_reruns_only_failed_mini_batches_after_the_fix(self, counting):
+        bad = counting / "data" / "f0012.txt"
+        bad.write_text("oops\n")
+        (counting / "score.py").write_text(COUNTING.replace(
+            "    tag = ", "    if any(Path(p).read_text().startswith('oops') for p in mini_batch):\n"
+                         "        raise ValueError('bad input')\n    tag = "))
+        with pytest.raises(StepFailed) as failed:
+            run_step(config(error_threshold=0, run_max_try=1, process_count_per_node=1))
+        done = failed.value.summary["mini_batches_succeeded"]
+        assert failed.value.summary["mini_batches_failed"] == 1
+        reset_calls(counting)
+        bad.write_text("12\n")
+        summary = run_step(config(error_threshold=0, run_max_try=1))
+        assert summary["mini_batches_reused"] == done
+        assert summary["mini_batches_run"] == 10 - done
+        assert "f0010.txt" in calls(counting) and sum(calls(counting).values()) == 10 - done
+        assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
+
+    def test_rerun_in_the_same_run_dir_resumes(self, counting, monkeypatch):
+        monkeypatch.setenv("SLEEP", "0.1")
+        cancel = threading.Event()
+        threading.Timer(1.5, cancel.set).start()  # the run takes about 2.5 s once its workers are up
+        with pytest.raises(StepFailed) as canceled:
+            run_step(config(allow_reuse=False, mini_batch_size=1), run_dir="task-run", cancel=cancel)
+        assert canceled.value.summary["status"] == "Canceled"
+        done = canceled.value.summary["mini_batches_succeeded"]
+        summary = run_step(config(allow_reuse=False, mini_batch_size=1), run_dir="task-run")
+        assert summary["run_id"] == canceled.value.summary["run_id"]
+        assert (summary["mini_batches_reused"], summary["mini_batches_run"]) == (done, 50 - done)
+        assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
+
+
+def test_driver_sigkilled_at_ten_random_points(counting, tmp_path):
+    """Each rerun completes with every row exactly once and recomputes only what was in flight."""
+    rng = random.Random(7)
+    partial_rounds = 0
+    for round_ in range(10):
+        home = tmp_path / f"home{round_}"
+        env = {**os.environ, "PARALLEL_STEPS_HOME": str(home), "SLEEP": "0.04"}
+        reset_calls(counting)
+        command = [sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", "score.py", "--input",
+                   "data", "--mini-batch-size", "1", "--process-count-per-node", "2", "--output", f"out{round_}",
+                   "--json"]
+        driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 2.0))
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        time.sleep(1.0)  # the workers notice and exit; a late one may still finish its mini-batch
+        killed = [p for p in home.iterdir() if p.name.startswith("parallel-run")] if home.exists() else []
+        committed = _committed(killed[0]) if killed else 0
+        ran_before = calls(counting)
+        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert rerun.returncode == 0, rerun.stderr
+        summary = json.loads(rerun.stdout)
+        assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)], f"round {round_}"
+        assert summary["mini_batches_reused"] == committed
+        recomputed = [name for name, count in calls(counting).items() if count > 1]
+        in_flight = set(ran_before) - set(_committed_names(killed[0])) if killed else set()
+        assert set(recomputed) <= in_flight, (round_, recomputed, in_flight)
+        assert len(in_flight) <= 2 * 8, "at most each worker's short queue"
+        partial_rounds += 0 < committed < 50
+    assert partial_rounds >= 3, "most kills should land mid-run"
+
+
+def _committed(run_dir: Path) -> int:
+    return len(_committed_names(run_dir))
+
+
+def _committed_names(run_dir: Path) -> list[str]:
+    import sqlite3
+
+    if not (run_dir / "ledger.sqlite").exists():
+        return []
+    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    try:
+        return [Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")]
+    finally:
+        db.close()
