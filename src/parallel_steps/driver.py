@@ -82,9 +82,10 @@ class _Attempt:
 
 @dataclass
 class _ErrorGroup:
-    count: int = 0
+    count: int = 0                                        # failed attempts
     first: str = ""
     examples: list[str] = field(default_factory=list)
+    mini_batches: set[int] = field(default_factory=set)   # distinct mini-batches it failed
 
 
 class Driver:
@@ -122,6 +123,7 @@ class Driver:
         self._started = time.monotonic()
         self._first_dispatch: float | None = None
         self._last_completion = time.monotonic()
+        self._exempt: dict[str, float] = {}  # worker id -> until when its mini-batch may run without progress
         self._last_progress = 0.0
         self._dirty = False
 
@@ -149,6 +151,7 @@ class Driver:
             self.emit("threshold_exceeded" if status == "Failed" else "job_canceled", reason=reason)
         self._commit()
         self._report_progress(force=True)
+        self.emit("job_finished", status=status, reason=reason)
         return status, reason
 
     def _check_canceled(self) -> None:
@@ -237,8 +240,12 @@ class Driver:
         elif isinstance(event, HangTimeoutChanged):
             limit = "no limit" if event.seconds is None else f"{event.seconds:g} s"
             self.log.info("%s set the run() timeout of its current mini-batch to %s", event.worker.id, limit)
+            # The job-level no-progress check gives that mini-batch the same room.
+            self._exempt[event.worker.id] = float("inf") if event.seconds is None else \
+                time.monotonic() + event.seconds + 30
 
     def _finished(self, event: Finished) -> None:
+        self._exempt.pop(event.worker.id, None)
         current = self._queued[event.worker.id].popleft()
         outcome = event.outcome
         items = outcome.items if outcome.items is not None else current.items
@@ -250,10 +257,11 @@ class Driver:
             self._attempt_failed(event.worker, current, items, "failed", outcome.error, None, duration)
 
     def _lost(self, event: Lost) -> None:
+        self._exempt.pop(event.worker.id, None)
         queued = self._queued.pop(event.worker.id, collections.deque())
         self._ready.pop(event.worker.id, None)
         current = queued.popleft() if queued and event.mini_batch is not None else None
-        for unstarted in reversed(queued):  # never started: back to the front, no attempt counted
+        for unstarted in reversed(queued):  # queued behind it, never started: back to the front, no attempt counted
             self._retry.appendleft((unstarted.mini_batch, unstarted.attempt))
         self._forget_starting(event.worker)
         self._replace(event.worker, event.reason, event.detail)
@@ -346,9 +354,12 @@ class Driver:
         if len(group.examples) < 3:
             where = f"mini-batch {mb.index}" if mb is not None else "init()"
             group.examples.append(f"{where} on {worker.id} (logs/user/error/{worker.node_id}/{worker.process_name}.txt)")
-        if mb is not None and self.config.max_same_error > 0 and group.count >= self.config.max_same_error:
+        if mb is None:
+            return
+        group.mini_batches.add(mb.index)
+        if 0 < self.config.max_same_error <= len(group.mini_batches):
             raise JobFailed(f"max_same_error {self.config.max_same_error} reached: the same error failed "
-                            f"{group.count} attempts: {group.first} (first in {group.examples[0]})")
+                            f"{len(group.mini_batches)} mini-batches: {group.first} (first in {group.examples[0]})")
 
     def _commit(self) -> None:
         if self._dirty:
@@ -404,7 +415,8 @@ class Driver:
         if self._first_dispatch is None and now - self._started > config.first_task_creation_timeout:
             raise JobFailed(f"no mini-batch was handed to a worker within first_task_creation_timeout "
                             f"{config.first_task_creation_timeout:g} s")
-        if config.hang_detection and now - self._last_completion > config.progress_timeout:
+        exempt = any(until > now for until in self._exempt.values())
+        if config.hang_detection and not exempt and now - self._last_completion > config.progress_timeout:
             raise JobFailed(f"no mini-batch completed for {config.progress_timeout:g} s (progress_update_timeout); "
                             f"the job looks hung. Stacks of hung workers are in logs/user/error/")
 

@@ -121,6 +121,7 @@ class _StepRun:
         self.requested_dir = Path(run_dir).absolute() if run_dir else None
         self.requested_id = run_id
         self.counters = Counters()
+        self.restarts: list[dict[str, str]] = []
         self.started_at = time.time()
 
     # The phases ----------------------------------------------------------------------------
@@ -269,18 +270,37 @@ class _StepRun:
         self._log_start(log)
         write_summary(self.run_dir, dict(self._summary("Running", "running", logs), pid=os.getpid(),
                                          host=os.uname().nodename))
-        try:
-            status, reason = self._drive(logs, log, workers)
-            if status == "Succeeded" and self.config.output_action == "append_row":
-                self.output_file = self.output_dir / self.config.append_row_file_name
-                assemble(self.ledger.parts(), self.output_file, self.config.output_format)
-                log.info("output assembled: %s", self.output_file)
-        except Exception as exc:  # a system error of the driver itself
-            log.exception("system error")
-            status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
+        while True:
+            try:
+                status, reason = self._drive(logs, log, workers)
+                if status == "Succeeded" and self.config.output_action == "append_row":
+                    self.output_file = self.output_dir / self.config.append_row_file_name
+                    assemble(self.ledger.parts(), self.output_file, self.config.output_format)
+                    log.info("output assembled: %s", self.output_file)
+                break
+            except Exception as exc:  # a system error of the driver itself
+                log.exception("system error")
+                workers.close()
+                self.pool = None
+                if len(self.restarts) >= self.config.max_job_restarts:
+                    status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
+                    break
+                self._restart(log, exc)
         summary = self._summary(status, reason, logs)
         self._finish(index, logs, log, summary)
         return summary
+
+    def _restart(self, log, exc: Exception) -> None:
+        """Resume after a system error: what the ledger committed stands, the rest runs again."""
+        reason = f"{type(exc).__name__}: {exc}"
+        self.restarts.append(dict(time=timestamp(), reason=reason))
+        log.warning("restart %d of %d after a system error: %s", len(self.restarts), self.config.max_job_restarts,
+                    reason)
+        if self.on_event:
+            self.on_event({"type": "restart", "time": time.time(), "restart": len(self.restarts), "reason": reason})
+        self.ledger.rollback()
+        for name, value in self.ledger.totals().items():
+            setattr(self.counters, name, value)
 
     def _drive(self, logs: RunLogs, log, workers: contextlib.ExitStack) -> tuple[str, str]:
         if self.counters.done == self.counters.mini_batches_total:
@@ -355,7 +375,7 @@ class _StepRun:
             mini_batches_run=counters.done - counters.mini_batches_reused,
             attempts_retried=counters.attempts_retried, workers_started=counters.workers_started,
             started_at=timestamp(self.started_at), ended_at=timestamp(ended) if status != "Running" else None,
-            elapsed_s=round(ended - self.started_at, 3), job_result=str(logs.job_result),
+            elapsed_s=round(ended - self.started_at, 3), restarts=self.restarts, job_result=str(logs.job_result),
             config=dump_json(self.config))
 
     def _finish(self, index: RunIndex, logs: RunLogs, log, summary: dict[str, Any]) -> None:

@@ -75,8 +75,8 @@ class Finished(Event):
 class Lost(Event):
     """The worker is gone: `reason` is `crashed`, `timed_out` or `out_of_memory`.
 
-    `mini_batch` is the one it was running (None when it was idle or starting);
-    `unstarted` are (mini-batch, attempt) it had been given but had not started.
+    `mini_batch` is the one it was running (None when it was idle or starting); the
+    driver gives the ones queued behind it to other workers.
     """
 
     mini_batch: MiniBatch | None
@@ -84,7 +84,6 @@ class Lost(Event):
     reason: str
     exit_code: int | None
     detail: str
-    unstarted: tuple[tuple[MiniBatch, int], ...] = ()
 
 
 class WorkerPool(abc.ABC):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,7 +117,9 @@ class LocalWorkerPool(WorkerPool):
 
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
         self._check_open()
-        handle = self._handles[worker.id]
+        handle = self._handles.get(worker.id)
+        if handle is None:
+            return  # it died after the driver last looked; its Lost event sends this one elsewhere
         if handle.state != "ready":
             raise RuntimeError(f"worker {worker.id} is {handle.state}, not ready")
         handle.queue.append((mini_batch, attempt, timeout))
@@ -281,10 +284,11 @@ class LocalWorkerPool(WorkerPool):
                                            f"{_stderr_tail(handle)}"))
             return
         head, attempt = (handle.queue.popleft()[:2] if handle.queue else (None, 0))
+        if handle.kill_reason == "timed_out":
+            handle.kill_detail += hang_summary(handle.logs.error)
         detail = handle.kill_detail or (f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}"
                                         f"{_stderr_tail(handle)}")
-        self._events.append(Lost(handle.info, head, attempt, handle.kill_reason or "crashed", exit_code, detail,
-                                 tuple((mb, a) for mb, a, _ in handle.queue)))
+        self._events.append(Lost(handle.info, head, attempt, handle.kill_reason or "crashed", exit_code, detail))
 
     # Closing -------------------------------------------------------------------------------
 
@@ -338,6 +342,30 @@ def _oom_hint(handle: _Handle, exit_code: int | None) -> str:
         return f", not sent by parallel-steps (last RSS {handle.last_rss >> 20} MB)"
     return (f": likely out of memory (killed by the kernel's OOM killer?); last RSS {handle.last_rss >> 20} MB "
             f"(see logs/perf/{handle.info.node_id}/)")
+
+
+def hang_summary(error_log: Path) -> str:
+    """Where a hung worker was, from the faulthandler dump at the end of its error log: the frame of
+    the entry script in the thread that ran it, and the innermost one, e.g.
+    `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`."""
+    try:
+        with open(error_log, "rb") as file:
+            file.seek(max(0, file.seek(0, 2) - 65536))
+            text = file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    dump = text.rsplit("stacks of every thread:", 1)[-1]
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
+        frames = [(os.path.basename(p), line, name)
+                  for p, line, name in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)]
+        calls = [i for i, (path, _, name) in enumerate(frames) if name == "_call" and path == "runtime.py"]
+        if calls and calls[0] > 0:
+            user, innermost = frames[calls[0] - 1], frames[0]
+            where = "{} line {} in {}".format(*user)
+            if innermost != user:
+                where += " (innermost: {} line {} in {})".format(*innermost)
+            return f"; hung at {where}"
+    return ""
 
 
 def _stderr_tail(handle: _Handle, lines: int = 5) -> str:

@@ -153,6 +153,22 @@ class Ledger:
                          items_failed=failed, items=items)
                 for fp, path, offset, length, returned, failed, items in rows}
 
+    def rollback(self) -> None:
+        self._db.rollback()
+
+    def totals(self) -> dict[str, int]:
+        """Counts the summary is made of, as committed: mini-batches by outcome and their items."""
+        row = self._db.execute(
+            "SELECT count(*), sum(state='succeeded'), sum(state='failed'), sum(reused_from IS NOT NULL),"
+            " sum(CASE WHEN state='pending' THEN 0 ELSE coalesce(items, returned, 0) END),"
+            " sum(CASE state WHEN 'succeeded' THEN coalesce(items_failed, 0)"
+            "                WHEN 'failed' THEN coalesce(items, 0) ELSE 0 END)"
+            " FROM mini_batches").fetchone()
+        total, succeeded, failed, reused, items, items_failed = (v or 0 for v in row)
+        return dict(mini_batches_total=total, mini_batches_succeeded=succeeded, mini_batches_failed=failed,
+                    mini_batches_reused=reused, items_total=items, items_failed=items_failed,
+                    items_succeeded=items - items_failed)
+
     def counts(self) -> dict[str, int]:
         rows = self._db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state")
         return dict(rows.fetchall())
