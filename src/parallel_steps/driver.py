@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import ParallelRunConfig
 from .faults import RetryPolicy, error_line, signature
@@ -23,8 +23,10 @@ from .pool.base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLo
                         WorkerPool)
 from .store.ledger import Ledger
 from .store.logs import RunLogs, timestamp
-from .store.output import Part
 from .store.runs import cancel_requested
+
+if TYPE_CHECKING:
+    from .worker.runtime import Outcome
 
 _TICK_S = 0.5           # the longest the loop waits without looking at the clock and the cancel flag
 _PROGRESS_EVERY_S = 2.0
@@ -88,6 +90,26 @@ class _ErrorGroup:
     mini_batches: set[int] = field(default_factory=set)   # distinct mini-batches it failed
 
 
+def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | None:
+    """Which threshold these counts exceed, if any (`error_threshold`, `mini_batch_error_threshold`,
+    `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
+    if 0 <= config.error_threshold < counters.items_failed:
+        return f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items failed"
+    if 0 <= config.mini_batch_error_threshold < counters.mini_batches_failed:
+        return (f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
+                f"{counters.mini_batches_failed} mini-batches failed")
+    total = max(1, counters.mini_batches_total)
+    if 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
+        return (f"allowed_failed_percent {config.allowed_failed_percent:g} exceeded: "
+                f"{counters.mini_batches_failed} of {counters.mini_batches_total} mini-batches failed")
+    finished = counters.done - counters.mini_batches_reused
+    if (config.max_tolerated_failure_rate >= 0 and finished >= _MIN_FINISHED_FOR_RATE
+            and counters.mini_batches_failed / finished > config.max_tolerated_failure_rate):
+        return (f"max_tolerated_failure_rate {config.max_tolerated_failure_rate:g} exceeded: "
+                f"{counters.mini_batches_failed} of {finished} finished mini-batches failed")
+    return None
+
+
 class Driver:
     """Runs the pending mini-batches of one run to an outcome."""
 
@@ -133,6 +155,7 @@ class Driver:
         """Run until every mini-batch has an outcome; returns (status, status_reason)."""
         self.emit("job_started", mini_batches=self.counters.mini_batches_total)
         try:
+            self._check_thresholds()  # items that failed in reused mini-batches count too
             self._expect_workers()
             while self._has_work():
                 self._check_canceled()
@@ -252,7 +275,7 @@ class Driver:
         current.started, duration = outcome.started, outcome.duration
         self._mean_duration = duration if self._mean_duration is None else 0.9 * self._mean_duration + 0.1 * duration
         if outcome.ok:
-            self._succeeded(event.worker, current, items, outcome.returned, outcome.part, duration)
+            self._succeeded(event.worker, current, items, outcome, duration)
         else:
             self._attempt_failed(event.worker, current, items, "failed", outcome.error, None, duration)
 
@@ -271,9 +294,9 @@ class Driver:
             self._attempt_failed(event.worker, current, current.items, outcome, event.detail, event.exit_code,
                                  time.time() - current.started)
 
-    def _succeeded(self, worker: WorkerInfo, current: _Attempt, items: int | None, returned: int,
-                   part: Part | None, duration: float) -> None:
-        mb, counters = current.mini_batch, self.counters
+    def _succeeded(self, worker: WorkerInfo, current: _Attempt, items: int | None, outcome: Outcome,
+                   duration: float) -> None:
+        mb, counters, returned = current.mini_batch, self.counters, outcome.returned
         items = items if items is not None else returned
         failed = max(0, items - returned)
         counters.mini_batches_succeeded += 1
@@ -281,7 +304,8 @@ class Driver:
         counters.items_succeeded += items - failed
         counters.items_failed += failed
         self._last_completion = time.monotonic()
-        self.ledger.succeed(mb.index, current.attempt, part, returned, failed, items, worker.id, duration)
+        self.ledger.succeed(mb.index, current.attempt, outcome.part, returned, failed, items, worker.id, duration,
+                            outcome.fingerprint)
         self._record(worker, current, items, items - failed, failed, "succeeded", duration)
         if failed:
             self.log.warning("mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed)
@@ -370,24 +394,9 @@ class Driver:
     # Job-level checks ----------------------------------------------------------------------------
 
     def _check_thresholds(self) -> None:
-        config, counters = self.config, self.counters
-        if config.error_threshold >= 0 and counters.items_failed > config.error_threshold:
-            raise JobFailed(f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items "
-                            f"failed. {self._first_errors()}")
-        if config.mini_batch_error_threshold >= 0 and counters.mini_batches_failed > config.mini_batch_error_threshold:
-            raise JobFailed(f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
-                            f"{counters.mini_batches_failed} mini-batches failed. {self._first_errors()}")
-        total = max(1, counters.mini_batches_total)
-        if 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
-            raise JobFailed(f"allowed_failed_percent {config.allowed_failed_percent:g} exceeded: "
-                            f"{counters.mini_batches_failed} of {counters.mini_batches_total} mini-batches failed. "
-                            f"{self._first_errors()}")
-        finished = counters.done - counters.mini_batches_reused
-        if (config.max_tolerated_failure_rate >= 0 and finished >= _MIN_FINISHED_FOR_RATE
-                and counters.mini_batches_failed / finished > config.max_tolerated_failure_rate):
-            raise JobFailed(f"max_tolerated_failure_rate {config.max_tolerated_failure_rate:g} exceeded: "
-                            f"{counters.mini_batches_failed} of {finished} finished mini-batches failed. "
-                            f"{self._first_errors()}")
+        reason = threshold_breach(self.config, self.counters)
+        if reason:
+            raise JobFailed(f"{reason}. {self._first_errors()}".strip())
 
     def _check_init_policy(self) -> None:
         settings = self.pool.settings
@@ -465,7 +474,10 @@ class Driver:
             f"{snapshot['attempts_retried']} attempts retried.\n"
             f"Rate {snapshot['rate_per_s']:g} mini-batches/s; ETA {eta}.\n")
         if self.on_progress:
-            self.on_progress(snapshot)
+            try:
+                self.on_progress(snapshot)
+            except Exception:  # a broken callback must not break the run
+                self.log.exception("on_progress callback failed")
 
     def emit(self, kind: str, **data: Any) -> None:
         if self.on_event:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from . import __version__
 from .config import ParallelRunConfig
-from .inputs.planner import content_hash, file_identity, iter_files
+from .inputs.fingerprints import content_hash, file_identity
+from .inputs.planner import iter_files
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
 RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action")

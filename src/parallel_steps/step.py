@@ -9,6 +9,7 @@ error) -> plan into the run's ledger, taking finished results from earlier runs
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ParallelRunConfig, dump_json
-from .driver import Counters, Driver, EventCallback, ProgressCallback
+from .driver import Counters, Driver, EventCallback, ProgressCallback, threshold_breach
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.planner import Planner, iter_files
 from .monitor import ResourceMonitor
@@ -149,11 +150,11 @@ class _StepRun:
             if not self.resumed and not (self.config.allow_reuse and index.with_code_key(self.code, self.run_id)):
                 # Nothing can be reused: let the workers start while the plan is written.
                 self.pool = workers.enter_context(self._pool())
-            key = self._plan(index)
-            if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+            lock_key, key = self._plan(index)
+            if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
                 return summary
-            stack.enter_context(key_lock(self.run_root, key, self.config.first_task_creation_timeout))
-            if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+            stack.enter_context(key_lock(self.run_root, lock_key, self.config.first_task_creation_timeout))
+            if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
                 return summary
             return self._run(index, key, workers)
 
@@ -176,23 +177,30 @@ class _StepRun:
         self.logs = RunLogs(self.run_dir)
         _drop_stale_cancel(self.run_dir, self.started_at)
 
-    def _plan(self, index: RunIndex) -> str:
-        """Write the plan into the ledger, taking finished results from this run and earlier ones."""
+    def _plan(self, index: RunIndex) -> tuple[str, str | None]:
+        """Write the plan into the ledger, taking finished results from this run and earlier ones.
+
+        Returns the lock key (the code and what each mini-batch names) and the step key (the code
+        and every input fingerprint), which is None when nothing can be reused and the workers
+        fingerprint the files they read.
+        """
         sources = self._reuse_sources(index)
         planner = Planner(self.config.inputs, self.config.batch_size, self.config.partition_keys,
-                          self.config.reuse_fingerprint)
-        fingerprints, rows = [], []
+                          self.config.reuse_fingerprint, defer_files=not sources)
+        fingerprints, names, rows = [], hashlib.sha256(), []
         self.ledger.clear_plan()
         for mini_batch in planner.mini_batches():
             fingerprints.append(mini_batch.fingerprint)
-            rows.append((mini_batch, self._reusable(mini_batch, sources)))
+            names.update(repr((mini_batch.paths, mini_batch.start, mini_batch.row_groups, mini_batch.keys)).encode())
+            rows.append((mini_batch, self._reusable(mini_batch, sources) if sources else None))
             if len(rows) == _PLAN_CHUNK:
                 self._add(rows)
                 rows = []
         self._add(rows)
         self.ledger.commit()
         self.notes = planner.notes
-        return step_key(self.code, fingerprints)
+        complete = all(fingerprints)
+        return step_key(self.code, [names.hexdigest()]), step_key(self.code, fingerprints) if complete else None
 
     def _reuse_sources(self, index: RunIndex) -> list[tuple[str, dict[str, dict[str, Any]]]]:
         """(run id, results by fingerprint): this run's own (a resume), then earlier runs' when allowed."""
@@ -247,23 +255,23 @@ class _StepRun:
         if not earlier or earlier["run_id"] == self.run_id:
             return None
         summary = read_summary(Path(earlier["run_dir"]))
-        if not summary or summary.get("status") != "Succeeded":
-            return None
-        source = summary.get("output_file")
-        target = None
-        if source:
-            if not os.path.exists(source):
+        if not summary or summary.get("status") != "Succeeded" or _breaches(self.config, summary):
+            return None  # e.g. its failed items were within looser thresholds than this run's
+        output, target = summary.get("output"), summary.get("output_file")
+        if target:
+            if not os.path.exists(target):
                 return None
-            target = self.output_dir / Path(source).name
-            link_or_copy(Path(source), target)
+            if self.config.output:  # else the earlier run's own output folder is this run's output
+                output = str(self.output_dir)
+                target = str(link_or_copy(Path(target), self.output_dir / self.config.append_row_file_name))
         # Counts describe this invocation: nothing ran, every mini-batch was reused from `run_id`.
-        return dict(summary, reused=True, output=str(self.output_dir) if source else summary.get("output"),
-                    output_file=str(target) if target else None, mini_batches_reused=summary["mini_batches_total"],
+        return dict(summary, reused=True, output=output, output_file=target,
+                    mini_batches_reused=summary["mini_batches_total"],
                     mini_batches_run=0, workers_started=0, attempts_retried=0,
                     started_at=timestamp(self.started_at), ended_at=timestamp(),
                     elapsed_s=round(time.time() - self.started_at, 3), config=dump_json(self.config))
 
-    def _run(self, index: RunIndex, key: str, workers: contextlib.ExitStack) -> dict[str, Any]:
+    def _run(self, index: RunIndex, key: str | None, workers: contextlib.ExitStack) -> dict[str, Any]:
         index.register(self.run_id, self.config.name, self.run_dir, "Running", self.code, key)
         logs = self.logs
         log = logs.master_logger(self.run_id)
@@ -305,7 +313,8 @@ class _StepRun:
     def _drive(self, logs: RunLogs, log, workers: contextlib.ExitStack) -> tuple[str, str]:
         if self.counters.done == self.counters.mini_batches_total:
             log.info("every mini-batch was reused; no worker started")
-            return "Succeeded", "every mini-batch was reused from earlier runs"
+            breach = threshold_breach(self.config, self.counters)
+            return ("Failed", breach) if breach else ("Succeeded", "every mini-batch was reused from earlier runs")
         self.output_dir.mkdir(parents=True, exist_ok=True)
         pool = self.pool or workers.enter_context(self._pool())
         with self._monitor(logs, pool):
@@ -329,7 +338,7 @@ class _StepRun:
                 entry_script=str(self.entry_script) if self.entry_script else None,
                 entry_callables=self.entry_callables, source_directory=config.source_directory,
                 arguments=arguments, side_inputs=self.side_inputs, logging_level=config.logging_level,
-                profile=config.profiling_module == "cProfile")
+                profile=config.profiling_module == "cProfile", fingerprint_mode=config.reuse_fingerprint)
 
         settings = PoolSettings(
             node_count=config.node_count,
@@ -379,6 +388,9 @@ class _StepRun:
             config=dump_json(self.config))
 
     def _finish(self, index: RunIndex, logs: RunLogs, log, summary: dict[str, Any]) -> None:
+        fingerprints = self.ledger.fingerprints()
+        if summary["status"] == "Succeeded" and all(fingerprints):  # whole-step reuse finds it by this key
+            index.update(self.run_id, step_key=step_key(self.code, fingerprints))
         self.ledger.set(status=summary["status"])
         self.ledger.close()
         write_summary(self.run_dir, summary)
@@ -448,6 +460,12 @@ def _substitute(arguments: list[str], configured: dict[str, str], local: dict[st
         return local[name]
 
     return [by_path.get(arg, _SIDE_INPUT_REF.sub(replace, arg)) for arg in arguments]
+
+
+def _breaches(config: ParallelRunConfig, summary: dict[str, Any]) -> bool:
+    counts = Counters(**{name: summary.get(name, 0) for name in ("mini_batches_total", "mini_batches_succeeded",
+                                                                  "mini_batches_failed", "items_failed")})
+    return threshold_breach(config, counts) is not None
 
 
 def _drop_stale_cancel(run_dir: Path, started_at: float) -> None:

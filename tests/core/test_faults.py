@@ -122,36 +122,64 @@ class TestMemory:
         assert re.search(r"SIGKILL\(-9\): likely out of memory .*last RSS 1[12]\d\d MB", master_role(summary))
 
 
-def test_driver_restarts_after_a_system_error_and_resumes(make_files, write_script):
+CRASH_ONCE = """
+import os, time
+from pathlib import Path
+def run(mb):
+    time.sleep(0.05)
+    if mb[0].endswith("0005.txt") and not Path("crashed").exists():
+        Path("crashed").touch()
+        os._exit(1)
+    return mb
+"""
+
+
+@pytest.fixture
+def replacement_fails_once(monkeypatch):
+    """The driver's own system error: starting a replacement worker fails once (say, out of file descriptors)."""
+    from parallel_steps.pool.local import LocalWorkerPool
+
+    original, failures = LocalWorkerPool.replace, []
+
+    def replace(self, worker):
+        if not failures:
+            failures.append(worker)
+            raise OSError(24, "Too many open files")
+        return original(self, worker)
+
+    monkeypatch.setattr(LocalWorkerPool, "replace", replace)
+
+
+def test_driver_restarts_after_a_system_error_and_resumes(make_files, write_script, replacement_fails_once):
     make_files(30)
-    write_script("import time\ndef run(mb):\n    time.sleep(0.1)\n    return mb\n")
-    calls = []
-
-    def flaky_progress(snapshot):
-        calls.append(snapshot)
-        if len(calls) == 1:
-            raise OSError("lost the progress database")
-
+    write_script(CRASH_ONCE)
     events = []
-    summary = run_step(config(mini_batch_size=1, max_job_restarts=2, process_count_per_node=2),
-                       on_progress=flaky_progress, on_event=events.append)
+    summary = run_step(config(mini_batch_size=1, max_job_restarts=2, process_count_per_node=2), on_event=events.append)
     assert summary["status"] == "Succeeded"
-    assert [r["reason"] for r in summary["restarts"]] == ["OSError: lost the progress database"]
+    assert [r["reason"] for r in summary["restarts"]] == ["OSError: [Errno 24] Too many open files"]
     assert json.loads((Path(summary["run_dir"]) / "run.json").read_text())["restarts"] == summary["restarts"]
-    assert "restart 1 of 2 after a system error: OSError: lost the progress database" in master_role(summary)
+    assert "restart 1 of 2 after a system error: OSError: [Errno 24] Too many open files" in master_role(summary)
     assert sorted(output_lines(summary)) == [f"data/f{i:04d}.txt" for i in range(30)]
+    assert summary["items_succeeded"] == 30 and summary["mini_batches_succeeded"] == 30
     assert "restart" in [e["type"] for e in events]
 
 
-def test_system_error_without_restarts_fails_the_run(make_files, write_script):
+def test_system_error_without_restarts_fails_the_run(make_files, write_script, replacement_fails_once):
+    make_files(10)
+    write_script(CRASH_ONCE)
+    with pytest.raises(StepFailed, match=r"system error: OSError: \[Errno 24\] Too many open files"):
+        run_step(config(mini_batch_size=1))
+
+
+def test_a_broken_progress_callback_does_not_break_the_run(make_files, write_script):
     make_files(3)
     write_script("def run(mb):\n    return mb\n")
 
     def broken(snapshot):
         raise OSError("boom")
 
-    with pytest.raises(StepFailed, match="system error: OSError: boom"):
-        run_step(config(), on_progress=broken)
+    summary = run_step(config(), on_progress=broken)
+    assert summary["status"] == "Succeeded" and "on_progress callback failed" in master_role(summary)
 
 
 class TestJobLevelTimeouts:

@@ -72,6 +72,21 @@ class TestWholeStepReuse:
         assert again["reused"] and Path("elsewhere/parallel_run_step.txt").read_bytes() == \
             Path(first["output_file"]).read_bytes()
 
+    def test_reuse_with_the_default_output_folder_points_at_the_earlier_output(self, counting):
+        first = run_step(config(output=None), run_dir="first")
+        again = run_step(config(output=None), run_dir="second")
+        assert again["reused"] and again["output_file"] == first["output_file"]
+        assert Path(again["output_file"]).read_text() == Path(first["output_file"]).read_text()
+        assert not Path("second").exists(), "nothing ran there"
+
+    def test_a_stricter_threshold_is_not_satisfied_by_an_earlier_looser_run(self, counting):
+        (counting / "score.py").write_text(COUNTING.replace("    return [tag", "    mini_batch = mini_batch[1:] if "
+                                                            "first == 'f0000.txt' else mini_batch\n    return [tag"))
+        loose = run_step(config())
+        assert loose["items_failed"] == 1
+        with pytest.raises(StepFailed, match="error_threshold 0 exceeded: 1 items failed"):
+            run_step(config(error_threshold=0))
+
     def test_allow_reuse_false_always_runs(self, counting):
         run_step(config())
         reset_calls(counting)

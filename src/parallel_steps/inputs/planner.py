@@ -17,12 +17,12 @@ from typing import Any
 
 from ..errors import InputError, first_line
 from .datasets import Dataset, FileDataset, TabularDataset
+from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
 from .tables import plan_schema, read_table, record_boundaries
 
 _GLOB_CHARS = set("*?[")
 _IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
-_SCAN_BLOCK = 1 << 20
 
 
 @dataclass
@@ -34,12 +34,16 @@ class Planner:
         batch_size: files per mini-batch, or bytes per mini-batch for tabular data.
         partition_keys: key columns; one mini-batch per distinct key combination.
         fingerprint: `stat` (path, size, mtime) or `content` (sha256 of the bytes).
+        defer_files: leave file mini-batches unfingerprinted (and unsized): their worker fingerprints
+            them as it reads them, in parallel. What a run with nothing to reuse wants: listing a
+            folder then costs no system call per file.
     """
 
     datasets: list[Dataset]
     batch_size: int
     partition_keys: list[str] | None = None
     fingerprint: str = "stat"
+    defer_files: bool = False
     notes: list[str] = field(default_factory=list)
 
     def mini_batches(self) -> Iterator[MiniBatch]:
@@ -58,21 +62,21 @@ class Planner:
     # Files ---------------------------------------------------------------
 
     def _file_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
-        group: list[tuple[str, os.stat_result]] = []
-        for path, stat in iter_files(dataset.path):
-            group.append((path, stat))
+        group: list[tuple[str, os.stat_result | None]] = []
+        for item in iter_files(dataset.path, stat=not self.defer_files):
+            group.append(item)
             if len(group) == self.batch_size:
                 yield self._files_piece(group)
                 group = []
         if group:
             yield self._files_piece(group)
 
-    def _files_piece(self, group: list[tuple[str, os.stat_result]]) -> dict[str, Any]:
-        digest = hashlib.sha1()
-        for path, stat in group:
-            digest.update(self._file_identity(path, stat))
-        return dict(kind="files", paths=tuple(p for p, _ in group), items=len(group),
-                    nbytes=sum(s.st_size for _, s in group), fingerprint=digest.hexdigest())
+    def _files_piece(self, group: list[tuple[str, os.stat_result | None]]) -> dict[str, Any]:
+        paths, stats = tuple(p for p, _ in group), [s for _, s in group]
+        if self.defer_files:
+            return dict(kind="files", paths=paths, items=len(group), nbytes=None, fingerprint=None)
+        return dict(kind="files", paths=paths, items=len(group), nbytes=sum(s.st_size for s in stats),
+                    fingerprint=files_fingerprint(paths, stats, self.fingerprint))
 
     def _file_identity(self, path: str, stat: os.stat_result) -> bytes:
         return file_identity(path, stat, self.fingerprint)
@@ -175,13 +179,15 @@ def _nulls_last(combo: tuple) -> tuple:
 # Listing -----------------------------------------------------------------
 
 
-def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[str, os.stat_result]]:
-    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order."""
+def iter_files(paths: list[str], skip_hidden: bool = False,
+               stat: bool = True) -> Iterator[tuple[str, os.stat_result | None]]:
+    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order;
+    with `stat=False` the stat is None and listing a folder costs no system call per file."""
     for spec in paths:
         found = False
         if _GLOB_CHARS & set(spec):
             for match in sorted(glob.iglob(spec, recursive=True)):
-                for item in _walk(match, skip_hidden):
+                for item in _walk(match, skip_hidden, stat):
                     found = True
                     yield item
             if not found:
@@ -189,38 +195,37 @@ def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[st
             continue
         if not os.path.lexists(spec):
             raise InputError(spec, "no such file or folder")
-        for item in _walk(spec, skip_hidden):
+        for item in _walk(spec, skip_hidden, stat):
             found = True
             yield item
         if not found:
             raise InputError(spec, "folder has no files")
 
 
-def _walk(path: str, skip_hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(path: str, skip_hidden: bool, stat: bool) -> Iterator[tuple[str, os.stat_result | None]]:
     """Files at or under `path` in name order."""
-    stat = _stat(path)
-    if S_ISDIR(stat.st_mode):
-        yield from _walk_folder(path, skip_hidden)
+    info = _stat(path)
+    if S_ISDIR(info.st_mode):
+        yield from _walk_folder(path, skip_hidden, stat)
     else:
-        yield path, stat
+        yield path, info
 
 
-def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
-    """Holds one folder's sorted names at a time, never the whole tree; one stat per entry."""
+def _walk_folder(folder: str, skip_hidden: bool, stat: bool) -> Iterator[tuple[str, os.stat_result | None]]:
+    """Holds one folder's sorted entries at a time, never the whole tree."""
     try:
-        names = sorted(os.listdir(folder))
+        with os.scandir(folder) as scan:
+            entries = sorted(((e.name, e.is_dir()) for e in scan if not (skip_hidden and e.name.startswith(
+                _IGNORED_PREFIXES))))
     except OSError as exc:
         raise InputError(folder, f"cannot list folder ({exc.strerror})") from None
     prefix = folder if folder.endswith(os.sep) else folder + os.sep
-    for name in names:
-        if skip_hidden and name.startswith(_IGNORED_PREFIXES):
-            continue
+    for name, is_dir in entries:
         path = prefix + name
-        stat = _stat(path)
-        if S_ISDIR(stat.st_mode):
-            yield from _walk_folder(path, skip_hidden)
+        if is_dir:
+            yield from _walk_folder(path, skip_hidden, stat)
         else:
-            yield path, stat
+            yield path, _stat(path) if stat else None
 
 
 def _stat(path: str) -> os.stat_result:
@@ -228,23 +233,3 @@ def _stat(path: str) -> os.stat_result:
         return os.stat(path)
     except OSError as exc:
         raise InputError(path, f"cannot read ({exc.strerror})") from None
-
-
-def file_identity(path: str, stat: os.stat_result, mode: str, name: str | None = None) -> bytes:
-    """What identifies a file's content for reuse: its size and mtime, or (mode `content`) its hash."""
-    if mode == "content":
-        return f"{name or path}\0{content_hash(path)}\n".encode()
-    return f"{name or path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
-
-
-def content_hash(path: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as file:
-            while block := file.read(_SCAN_BLOCK):
-                digest.update(block)
-    except OSError as exc:
-        raise InputError(path, f"cannot read ({exc.strerror})") from None
-    return digest.hexdigest()
-
-

@@ -1,7 +1,7 @@
 """The local worker pool: worker processes on this machine, supervised from one loop.
 
     driver ──submit──▶ LocalWorkerPool ──(duplex pipe per worker)──▶ worker process
-       ▲                   │  waits on: every pipe, every pidfd sentinel,
+       ▲                   │  polls: every pipe, every pidfd sentinel,
        └── next_event ◀────┘  a wakeup pipe; timeout = the nearest deadline
 
 One owner, one loop, no locks: only the pool holds the worker handles. A worker
@@ -15,15 +15,17 @@ driver. `node_count > 1` simulates nodes on one machine.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing import Pipe
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
@@ -72,6 +74,9 @@ class LocalWorkerPool(WorkerPool):
         self._next_process: dict[int, int] = collections.defaultdict(int)
         self._free_gpus = {n: list(settings.gpu_ids) for n in range(settings.node_count)}
         self._wakeup_r, self._wakeup_w = os.pipe()
+        self._poller = select.poll()  # registered once per descriptor, not rebuilt per wait
+        self._by_fd: dict[int, tuple[str, _Handle | None]] = {}
+        self._watch(self._wakeup_r, "wakeup", None)
         self._next_memory_check = 0.0
         self._closed = False
 
@@ -101,7 +106,17 @@ class LocalWorkerPool(WorkerPool):
         parent_end.send(spec)
         info = WorkerInfo(id=f"{node_id}/{process_name}", node_index=node, node_id=node_id,
                           process_name=process_name, slot=slot, pid=process.pid, gpu=gpu)
-        self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs)
+        handle = self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs)
+        self._watch(parent_end.fileno(), "conn", handle)
+        self._watch(handle.sentinel, "sentinel", handle)
+
+    def _watch(self, fd: int, kind: str, handle: _Handle | None) -> None:
+        self._poller.register(fd, select.POLLIN)
+        self._by_fd[fd] = (kind, handle)
+
+    def _unwatch(self, fd: int) -> None:
+        if self._by_fd.pop(fd, None):
+            self._poller.unregister(fd)
 
     def replace(self, worker: WorkerInfo) -> None:
         self._check_open()
@@ -144,8 +159,9 @@ class LocalWorkerPool(WorkerPool):
         while True:
             now = time.monotonic()
             self._enforce_deadlines(now)
-            for obj in wait(self._waitables(), timeout=max(0.0, min(end, self._next_wakeup(now)) - now)):
-                self._handle_ready(obj)
+            timeout_ms = math.ceil(max(0.0, min(end, self._next_wakeup(now)) - now) * 1000)
+            for fd, _ in self._poller.poll(timeout_ms):
+                self._handle_ready(fd)
             if self._events or time.monotonic() >= end:
                 return
 
@@ -159,14 +175,6 @@ class LocalWorkerPool(WorkerPool):
                     pass  # it died just now; its sentinel reports the loss
                 handle.outbox = []
 
-    def _waitables(self) -> list:
-        objs: list = [self._wakeup_r]
-        for handle in self._handles.values():
-            objs.append(handle.sentinel)
-            if handle.conn is not None:
-                objs.append(handle.conn)
-        return objs
-
     def _next_wakeup(self, now: float) -> float:
         times = [now + 3600]
         for handle in self._handles.values():
@@ -175,17 +183,14 @@ class LocalWorkerPool(WorkerPool):
             times.append(self._next_memory_check)
         return min(times)
 
-    def _handle_ready(self, obj) -> None:
-        if obj == self._wakeup_r:
+    def _handle_ready(self, fd: int) -> None:
+        kind, handle = self._by_fd.get(fd, (None, None))
+        if kind == "wakeup":
             os.read(self._wakeup_r, 4096)
-            return
-        for handle in list(self._handles.values()):
-            if obj is handle.conn:
-                self._receive(handle)
-                return
-            if obj == handle.sentinel:
-                self._reap(handle)
-                return
+        elif kind == "conn":
+            self._receive(handle)
+        elif kind == "sentinel":
+            self._reap(handle)
 
     def _receive(self, handle: _Handle) -> None:
         """Read every message the worker has sent so far."""
@@ -193,8 +198,13 @@ class LocalWorkerPool(WorkerPool):
             while handle.conn.poll():
                 self._on_message(handle, handle.conn.recv())
         except (EOFError, OSError):
+            self._close_conn(handle)  # the sentinel tells the rest
+
+    def _close_conn(self, handle: _Handle) -> None:
+        if handle.conn is not None:
+            self._unwatch(handle.conn.fileno())
             handle.conn.close()
-            handle.conn = None  # the sentinel tells the rest
+            handle.conn = None
 
     def _on_message(self, handle: _Handle, message: tuple) -> None:
         kind = message[0]
@@ -268,9 +278,8 @@ class LocalWorkerPool(WorkerPool):
         if handle.conn is not None:
             self._receive(handle)  # results it sent before it died still count
         previous, handle.state = handle.state, "gone"
-        if handle.conn is not None:
-            handle.conn.close()
-            handle.conn = None
+        self._close_conn(handle)
+        self._unwatch(handle.sentinel)
         os.close(handle.sentinel)
         if handle.info.gpu is not None:
             gpus = self._free_gpus[handle.info.node_index]

@@ -22,7 +22,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS mini_batches (
     idx INTEGER PRIMARY KEY,
-    fingerprint TEXT NOT NULL,
+    fingerprint TEXT,                        -- NULL until the worker fingerprints what it read
     source TEXT NOT NULL,
     items INTEGER,
     nbytes INTEGER,
@@ -125,11 +125,12 @@ class Ledger:
                          (idx, attempt, worker, pid, started, time.time(), outcome, error, exit_code))
 
     def succeed(self, idx: int, attempts: int, part: Part | None, returned: int, items_failed: int,
-                items: int | None, worker: str, duration: float) -> None:
+                items: int | None, worker: str, duration: float, fingerprint: str | None) -> None:
         self._db.execute("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?,"
-                         " returned=?, items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL"
-                         " WHERE idx=?", (attempts, *(part or (None, None, None)), returned, items_failed, items,
-                                          worker, duration, idx))
+                         " returned=?, items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
+                         " fingerprint=coalesce(?, fingerprint) WHERE idx=?",
+                         (attempts, *(part or (None, None, None)), returned, items_failed, items, worker, duration,
+                          fingerprint, idx))
 
     def fail(self, idx: int, attempts: int, error: str, exit_code: int | None, items: int | None,
              worker: str, duration: float) -> None:
@@ -148,10 +149,13 @@ class Ledger:
     def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
         """Succeeded results keyed by input fingerprint: what a later run may reuse."""
         rows = self._db.execute("SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items"
-                                " FROM mini_batches WHERE state='succeeded'")
+                                " FROM mini_batches WHERE state='succeeded' AND fingerprint IS NOT NULL")
         return {fp: dict(part=Part(path, offset, length) if path else None, returned=returned,
                          items_failed=failed, items=items)
                 for fp, path, offset, length, returned, failed, items in rows}
+
+    def fingerprints(self) -> list[str | None]:
+        return [fp for (fp,) in self._db.execute("SELECT fingerprint FROM mini_batches ORDER BY idx")]
 
     def rollback(self) -> None:
         self._db.rollback()

@@ -207,10 +207,10 @@ def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> Non
             writer.write_table(data.select(schema.names).cast(schema))
 
 
-def link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path) -> Path:
     """Put `source` at `target` atomically: a hard link on the same filesystem, else a copy."""
     if target.exists() and source.resolve() == target.resolve():
-        return
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
@@ -219,3 +219,4 @@ def link_or_copy(source: Path, target: Path) -> None:
     except OSError:
         shutil.copy2(source, tmp)
     os.replace(tmp, target)
+    return target

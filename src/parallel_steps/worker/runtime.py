@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..inputs.fingerprints import files_fingerprint
 from ..inputs.loaders import load
 from ..inputs.minibatch import MiniBatch
 from ..store.logs import WorkerLogPaths
@@ -48,6 +49,7 @@ class WorkerSpec:
     side_inputs: dict[str, str] = field(default_factory=dict)
     logging_level: str = "INFO"
     profile: bool = False
+    fingerprint_mode: str = "stat"
 
 
 @dataclass
@@ -61,6 +63,7 @@ class Outcome:
     error: str | None = None
     started: float = 0.0
     duration: float = 0.0
+    fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
 
 
 class WorkerRuntime:
@@ -116,7 +119,8 @@ class WorkerRuntime:
                 on_loaded(items)
             result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
-            outcome = Outcome(ok=True, items=items, returned=count_rows(result), part=part)
+            outcome = Outcome(ok=True, items=items, returned=count_rows(result), part=part,
+                              fingerprint=self._fingerprint(mini_batch))
         except Exception as exc:
             outcome = Outcome(ok=False, items=items,
                               error=self._log_error(f"run() on mini-batch {mini_batch.index} attempt {attempt}", exc))
@@ -159,6 +163,11 @@ class WorkerRuntime:
         if not callable(getattr(module, "run", None)):
             raise AttributeError(f"{script} defines no run(mini_batch) function")
         return {name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))}
+
+    def _fingerprint(self, mini_batch: MiniBatch) -> str | None:
+        if mini_batch.fingerprint is not None:
+            return None
+        return files_fingerprint(mini_batch.paths, [None] * len(mini_batch.paths), self.spec.fingerprint_mode)
 
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         if self._profiler is None:

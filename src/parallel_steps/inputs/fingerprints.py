@@ -1,0 +1,40 @@
+"""Input fingerprints for reuse: a file's size and mtime, or (mode `content`) a hash of its bytes.
+
+Light on purpose: workers import it to fingerprint the files they read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from ..errors import InputError
+
+_BLOCK = 1 << 20
+
+
+def file_identity(path: str, stat: os.stat_result | None, mode: str, name: str | None = None) -> bytes:
+    """What identifies one file's content: `name` (default the path) with its size and mtime, or its hash."""
+    if mode == "content":
+        return f"{name or path}\0{content_hash(path)}\n".encode()
+    stat = stat or os.stat(path)
+    return f"{name or path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+
+
+def files_fingerprint(paths, stats, mode: str) -> str:
+    """The fingerprint of a file mini-batch (the planner and the worker compute it the same way)."""
+    digest = hashlib.sha1()
+    for path, stat in zip(paths, stats):
+        digest.update(file_identity(path, stat, mode))
+    return digest.hexdigest()
+
+
+def content_hash(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while block := file.read(_BLOCK):
+                digest.update(block)
+    except OSError as exc:
+        raise InputError(path, f"cannot read ({exc.strerror})") from None
+    return digest.hexdigest()
