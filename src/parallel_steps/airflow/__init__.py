@@ -1,0 +1,48 @@
+"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run` and the provider registration.
+
+`get_provider_info()` is loaded by Airflow's providers manager while Airflow itself is
+starting, so this module imports nothing from Airflow; the operator and the decorator load
+on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+
+_EXPORTS = {
+    "ParallelRunOperator": "parallel_steps.airflow.operators",
+    "parallel_run_task": "parallel_steps.airflow.decorators",
+}
+
+__all__ = ["get_provider_info", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from .decorators import parallel_run_task
+    from .operators import ParallelRunOperator
+
+
+def get_provider_info() -> dict[str, Any]:
+    """The provider's description for Airflow's `apache_airflow_provider` entry point."""
+    return {
+        "package-name": "parallel-steps",
+        "name": "parallel-steps",
+        "description": "Azure ML ParallelRunStep for Airflow: run an entry script with init() and run() "
+                       "on mini-batches of files or tables on supervised worker processes or a Ray cluster.",
+        "versions": [__version__],
+        "integrations": [{"integration-name": "parallel-steps", "tags": ["software"]}],
+        "operators": [{"integration-name": "parallel-steps",
+                       "python-modules": ["parallel_steps.airflow.operators"]}],
+        "task-decorators": [{"name": "parallel_run",
+                             "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}],
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'parallel_steps.airflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,297 @@
+"""Airflow adapter: `ParallelRunOperator` maps templated fields, DAG params and the task's identity onto
+`run_step`, streams progress into the task log and maps the outcome back to Airflow.
+
+It holds no executor logic: scheduling, retries, resume and the file layout belong to the core.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import time
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.definitions._internal.mixins import ResolveMixin
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from ..config import NAME_PATTERN, ParallelRunConfig
+from ..driver import Cancel
+from ..errors import ConfigError, InputError, StepFailed
+from ..step import run_step
+
+FIELDS: tuple[str, ...] = tuple(ParallelRunConfig.model_fields)
+# `BaseOperator.output` is the task's XComArg, so the `output` field lives in another attribute.
+_ATTRIBUTES = {"output": "output_folder"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+_MAX_EVENT_LINES = 20
+
+
+def attribute(field: str) -> str:
+    """The operator attribute (and template field) that holds a config field."""
+    return _ATTRIBUTES.get(field, field)
+
+
+def _with_field_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """Expose every config field as a keyword in `__init__`'s signature.
+
+    Airflow reads the signature to fill `default_args` and to check `partial()` / `expand()`
+    keywords, so the fields must be named there, not hidden in `**kwargs`.
+    """
+    signature = inspect.signature(init)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(f, keyword, default=None) for f in FIELDS]
+    params += [p for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
+    init.__signature__ = signature.replace(parameters=params)
+    return init
+
+
+class ParallelRunOperator(BaseOperator):
+    """Run a parallel step (Azure ML ParallelRunStep) as one Airflow task.
+
+    Every `ParallelRunConfig` field is a keyword argument and a template field (listed
+    below). Static values are validated when the DAG file is parsed; templated ones when the
+    task runs, where strings such as "5", "true" or "1MB" are coerced. A DAG param or trigger
+    conf key named like a field (``airflow dags test DAG -c '{"mini_batch_size": 5}'``)
+    overrides that field at run time. The step runs in
+    ``<run_root>/airflow/<dag_id>/<task_id>/<run_id>/<map_index>``, so a task retry resumes it
+    and mapped or parallel tasks never share a run directory.
+
+    Args:
+        parallel_run_config: a `ParallelRunConfig` to start from; field keywords override it.
+        params_override: which DAG params override the step: True (every config field,
+            the default), False (none: use templates such as "{{ params.x }}"), or a
+            collection of field names. A param whose value is None overrides nothing.
+        **kwargs: config fields (below) and `BaseOperator` arguments.
+
+    Returns:
+        The run summary (XCom ``return_value``): status, counts, run_dir, output_file, config.
+
+    Raises:
+        ConfigError: at parse time, for an invalid static value (the message names the field).
+        AirflowFailException: at run time, for an invalid templated value (not retried).
+        AirflowException: the step failed or was canceled; the message gives the reason and
+            the path of ``logs/job_result.txt``. A retry resumes the step.
+
+    Example:
+        >>> score = ParallelRunOperator(
+        ...     task_id="score_digits", entry_script="score.py", source_directory="examples/digits",
+        ...     inputs="examples/digits/data/images", mini_batch_size="{{ params.mini_batch_size }}")
+    """
+
+    template_fields = tuple(attribute(f) for f in FIELDS)
+    template_fields_renderers = {attribute(f): "py" for f in
+                                 ("inputs", "side_inputs", "arguments", "environment_variables")}
+    ui_color = "#d6eaf8"
+    # Seconds between progress lines in the task log (the first and the last are always written).
+    progress_log_interval: float = 10.0
+
+    @_with_field_keywords
+    def __init__(self, *, parallel_run_config: ParallelRunConfig | None = None,
+                 params_override: bool | Collection[str] = True, **kwargs: Any) -> None:
+        fields = {f: kwargs.pop(f, None) for f in FIELDS}
+        super().__init__(**kwargs)
+        if parallel_run_config is not None and not isinstance(parallel_run_config, ParallelRunConfig):
+            raise TypeError("parallel_run_config: expected a ParallelRunConfig, "
+                            f"got {type(parallel_run_config).__name__}")
+        self.parallel_run_config = parallel_run_config
+        self.params_override = [params_override] if isinstance(params_override, str) else params_override
+        for field, value in fields.items():
+            setattr(self, attribute(field), value)
+        self._cancel: Cancel | None = None
+        _check_override_names(params_override)
+        self._check_static()
+
+    # Configuration ----------------------------------------------------------------------------
+
+    def field_values(self) -> dict[str, Any]:
+        """The config fields set on this task (None means not set)."""
+        values = {f: getattr(self, attribute(f)) for f in FIELDS}
+        return {f: v for f, v in values.items() if v is not None}
+
+    def _check_static(self) -> None:
+        """Validate what is known at parse time; templates and XComArgs are checked in execute()."""
+        static = {f: v for f, v in self.field_values().items() if not _deferred(v)}
+        self._base_config().with_overrides(**static)
+
+    def _base_config(self) -> ParallelRunConfig:
+        config = self.parallel_run_config or ParallelRunConfig()
+        if "name" in config.model_fields_set or self.field_values().get("name") is not None:
+            return config
+        return config.with_overrides(name=_name_from(self.task_id, config.name))
+
+    def build_config(self, context: Mapping[str, Any]) -> ParallelRunConfig:
+        """The effective config: base config, then the (rendered) fields, then DAG params."""
+        config = self._base_config().with_overrides(**self.field_values())
+        overridden = config.with_overrides(**self._param_overrides(context))
+        changed = {f: getattr(overridden, f) for f in FIELDS if getattr(overridden, f) != getattr(config, f)}
+        if changed:
+            self.log.info("DAG params / trigger conf override: %s", ", ".join(f"{k}={v!r}" for k, v in changed.items()))
+        return overridden
+
+    def _param_overrides(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        # Airflow has already merged the trigger conf into params (core.dag_run_conf_overrides_params).
+        params = context.get("params") or {}
+        if self.params_override is True:
+            names: Collection[str] = FIELDS
+        else:
+            names = self.params_override or ()
+        return {name: params[name] for name in names if name in params and params[name] is not None}
+
+    # Running ----------------------------------------------------------------------------------
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        self._cancel = Cancel()
+        try:
+            config = self.build_config(context)
+        except ConfigError as exc:
+            raise AirflowFailException(f"invalid configuration: {exc}") from None
+        run_dir, run_id = run_location(config, context)
+        self.log.info("parallel step %s: run directory %s", config.name, run_dir)
+        try:
+            summary = run_step(config, run_dir=run_dir, run_id=run_id, cancel=self._cancel,
+                               on_progress=_ProgressLog(self.log, self.progress_log_interval),
+                               on_event=_EventLog(self.log), entry_callables=self.entry_callables())
+        except ConfigError as exc:
+            raise AirflowFailException(f"invalid configuration: {exc}") from None
+        except InputError as exc:
+            raise AirflowException(f"input problem: {exc}") from None
+        except StepFailed as exc:
+            raise AirflowException(self._failure(exc.summary, context)) from None
+        self._log_result(summary)
+        return summary
+
+    def entry_callables(self) -> bytes | None:
+        """Cloudpickled init/run/shutdown replacing `entry_script`; None runs the script."""
+        return None
+
+    def on_kill(self) -> None:
+        """Stop the step: the driver sees the flag within a second and stops every worker."""
+        if self._cancel is not None:
+            self._cancel.cancel(f"task {self.task_id} was killed (on_kill)")
+
+    def _log_result(self, summary: dict[str, Any]) -> None:
+        how = "reused an earlier run" if summary.get("reused") else summary["status_reason"]
+        self.log.info("%s: %s; %d/%d mini-batches succeeded (%d reused), %d items succeeded, %d failed",
+                      summary["status"], how, summary["mini_batches_succeeded"], summary["mini_batches_total"],
+                      summary["mini_batches_reused"], summary["items_succeeded"], summary["items_failed"])
+        self.log.info("output: %s", summary.get("output_file") or summary.get("output"))
+
+    def _failure(self, summary: dict[str, Any], context: Mapping[str, Any]) -> str:
+        """Log the job result and keep the summary in XCom; return the exception's message."""
+        job_result = summary.get("job_result") or str(Path(summary["run_dir"]) / "logs" / "job_result.txt")
+        try:
+            self.log.error("job result (%s):\n%s", job_result, Path(job_result).read_text())
+        except OSError:
+            pass
+        ti = context.get("ti")
+        if ti is not None and hasattr(ti, "xcom_push"):
+            ti.xcom_push(key="parallel_run_summary", value=summary)
+        return (f"parallel step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
+                f"(details: {job_result}; run directory {summary['run_dir']}; a retry resumes the run)")
+
+
+if ParallelRunOperator.__doc__:  # None under python -OO
+    ParallelRunOperator.__doc__ += "\n    Config fields (all templated):\n" + "".join(
+        f"        {name}: {info.description}\n" for name, info in ParallelRunConfig.model_fields.items())
+
+
+# Helpers --------------------------------------------------------------------------------------
+
+
+def run_location(config: ParallelRunConfig, context: Mapping[str, Any]) -> tuple[Path, str]:
+    """The task's run directory and run id, keyed by DAG, task, run and map index.
+
+    The same task instance (a retry, or a clear) gets the same directory, so the step
+    resumes; the map index (-1 when unmapped) keeps mapped instances apart.
+    """
+    ti = context["ti"]
+    parts = [_safe(str(p)) for p in (ti.dag_id, ti.task_id, ti.run_id, ti.map_index)]
+    return config.resolved_run_root().joinpath("airflow", *parts), "airflow." + ".".join(parts)
+
+
+def _safe(part: str) -> str:
+    return _UNSAFE.sub("_", part).strip(".") or "_"
+
+
+def _name_from(task_id: str, default: str) -> str:
+    """A valid step name from the task id (score_digits -> score-digits), else the default."""
+    name = re.sub(r"[^a-z0-9-]+", "-", task_id.rsplit(".", 1)[-1].lower()).strip("-")[:32].rstrip("-")
+    return name if len(name) >= 3 and re.match(NAME_PATTERN, name) else default
+
+
+def _deferred(value: Any) -> bool:
+    """True for values Airflow resolves when the task runs: Jinja strings and XComArgs, also nested."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, ResolveMixin):
+        return True
+    if isinstance(value, Mapping):
+        return any(_deferred(v) for v in value.values())
+    if isinstance(value, (list, tuple, set)):
+        return any(_deferred(v) for v in value)
+    return False
+
+
+def _check_override_names(params_override: bool | Collection[str]) -> None:
+    if isinstance(params_override, bool):
+        return
+    if isinstance(params_override, str):
+        params_override = [params_override]
+    unknown = sorted(set(params_override) - set(FIELDS))
+    if unknown:
+        raise ConfigError("params_override", f"{unknown[0]!r} is not a configuration field",
+                          "use True, False or field names such as mini_batch_size")
+
+
+class _ProgressLog:
+    """Writes the driver's progress snapshots to the task log, at most one line per interval."""
+
+    def __init__(self, log, interval: float):
+        self.log, self.interval, self.last = log, interval, -math.inf
+
+    def __call__(self, snapshot: dict[str, Any]) -> None:
+        now = time.monotonic()
+        done, total = snapshot.get("mini_batches_done", 0), snapshot.get("mini_batches_total", 0)
+        if done < total and now - self.last < self.interval:
+            return
+        self.last = now
+        eta = snapshot.get("eta_s")
+        self.log.info("progress: %d/%d mini-batches done (%d failed, %d reused); items %d succeeded, %d failed; "
+                      "%.2f mini-batches/s; ETA %s", done, total, snapshot.get("mini_batches_failed", 0),
+                      snapshot.get("mini_batches_reused", 0), snapshot.get("items_succeeded", 0),
+                      snapshot.get("items_failed", 0), snapshot.get("rate_per_s") or 0.0,
+                      "unknown" if eta is None else f"{eta:g} s")
+
+
+class _EventLog:
+    """Writes failed mini-batches, replaced workers, restarts and the job's end to the task log (bounded)."""
+
+    def __init__(self, log):
+        self.log, self.lines = log, 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind in ("threshold_exceeded", "job_canceled"):
+            self.log.error("%s: %s", kind.replace("_", " "), event.get("reason"))
+            return
+        if kind == "restart":
+            self.log.warning("step restarted (%s) after a system error: %s", event.get("restart"), event.get("reason"))
+            return
+        if kind not in ("mini_batch_failed", "worker_replaced"):
+            return
+        self.lines += 1
+        if self.lines > _MAX_EVENT_LINES:
+            if self.lines == _MAX_EVENT_LINES + 1:
+                self.log.warning("further failures are only in the run's logs (logs/user/error.txt)")
+            return
+        if kind == "mini_batch_failed":
+            self.log.warning("mini-batch %s failed after %s attempt(s): %s", event.get("mini_batch"),
+                             event.get("attempts"), event.get("error"))
+        else:
+            self.log.warning("worker %s replaced: %s %s", event.get("worker"), event.get("reason"),
+                             event.get("detail") or "")

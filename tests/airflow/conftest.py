@@ -1,0 +1,150 @@
+"""Fixtures of the Airflow suite: a real Airflow 3 home (SQLite, migrated once), `airflow dags test`
+runs of the example DAGs, and operator contexts for in-process tests.
+
+Airflow reads its configuration when it is first imported, so the environment is set here,
+at import time, before any test module imports Airflow.
+"""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+AIRFLOW = Path(sys.executable).with_name("airflow")
+
+_HOME = Path(tempfile.mkdtemp(prefix="parallel-steps-airflow-"))
+os.environ.update({
+    "AIRFLOW_HOME": str(_HOME),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAG_RUN_CONF_OVERRIDES_PARAMS": "True",
+    "PARALLEL_STEPS_HOME": str(_HOME / "parallel_steps"),
+})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+def airflow_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the `airflow` command of this environment, as a user would."""
+    return subprocess.run([str(AIRFLOW), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def airflow():
+    """`airflow(*args)` runs the airflow command line."""
+    return airflow_cli
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated SQLite metadata DB with the example DAGs serialized (what `dags test` needs)."""
+    for command in (("db", "migrate"), ("dags", "reserialize")):
+        result = airflow_cli(*command)
+        assert result.returncode == 0, f"airflow {' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
+    return _HOME / "airflow.db"
+
+
+@dataclass
+class DagRun:
+    """One `airflow dags test` run: exit status, console output (the task logs) and XComs."""
+
+    returncode: int
+    log: str
+    run_id: str
+    xcoms: dict[tuple[str, int, str], Any] = field(default_factory=dict)
+
+    def xcom(self, task_id: str, map_index: int = -1, key: str = "return_value") -> Any:
+        return self.xcoms[(task_id, map_index, key)]
+
+    def mapped(self, task_id: str) -> list[Any]:
+        found = sorted((i, v) for (t, i, k), v in self.xcoms.items() if t == task_id and k == "return_value")
+        return [value for _, value in found]
+
+
+@pytest.fixture
+def run_dag(airflow_db, tmp_path):
+    """`run_dag(dag_id, conf)` runs `airflow dags test DAG -c CONF` with this test's run root."""
+
+    def run(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
+        args = ["dags", "test", dag_id] + (["-c", json.dumps(conf)] if conf else [])
+        result = airflow_cli(*args, env={"PARALLEL_STEPS_HOME": str(tmp_path / "runs")}, timeout=600)
+        log = result.stdout + result.stderr
+        with sqlite3.connect(airflow_db) as db:
+            row = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
+                             (dag_id,)).fetchone()
+            assert row, f"no dag run of {dag_id}:\n{log[-5000:]}"
+            # SQLite hands JSON numbers back as numbers, everything else as JSON text.
+            xcoms = {(task, index, key): json.loads(value) if isinstance(value, str) else value
+                     for task, index, key, value in db.execute(
+                "SELECT task_id, map_index, key, value FROM xcom WHERE dag_id = ? AND run_id = ?", (dag_id, row[0]))}
+        return DagRun(result.returncode, log, row[0], xcoms)
+
+    return run
+
+
+@dataclass
+class TaskInstance:
+    """What `execute()` reads from the task instance in a context, plus the XComs it pushes."""
+
+    dag_id: str = "dag"
+    task_id: str = "step"
+    run_id: str = "manual__2026-01-01T00:00:00+00:00"
+    map_index: int = -1
+    pushed: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+@pytest.fixture
+def context():
+    """`context(params=..., **ti_fields)`: an execution context for calling an operator directly."""
+
+    def make(params: dict[str, Any] | None = None, **ti: Any) -> dict[str, Any]:
+        return {"ti": TaskInstance(**ti), "params": dict(params or {})}
+
+    return make
+
+
+@pytest.fixture
+def write_script(tmp_path):
+    def write(body: str, name: str = "score.py") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(body))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def make_files(tmp_path):
+    def make(count: int, folder: str = "data") -> Path:
+        root = tmp_path / folder
+        root.mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            (root / f"f{i:04d}.txt").write_text(f"{i}\n")
+        return root
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def isolated_run_root(tmp_path, monkeypatch):
+    """In-process runs land in this test's folder."""
+    monkeypatch.setenv("PARALLEL_STEPS_HOME", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
