@@ -193,10 +193,9 @@ class LocalWorkerPool(WorkerPool):
             self._reap(handle)
 
     def _receive(self, handle: _Handle) -> None:
-        """Read every message the worker has sent so far."""
+        """Read one message; the poller reports the pipe again while more are waiting."""
         try:
-            while handle.conn.poll():
-                self._on_message(handle, handle.conn.recv())
+            self._on_message(handle, handle.conn.recv())
         except (EOFError, OSError):
             self._close_conn(handle)  # the sentinel tells the rest
 
@@ -275,7 +274,7 @@ class LocalWorkerPool(WorkerPool):
         """The worker process exited: free its slot and GPU, and say what it held."""
         exit_code = handle.process.wait()
         _kill_group(handle.process.pid)  # anything it started
-        if handle.conn is not None:
+        while handle.conn is not None and handle.conn.poll():
             self._receive(handle)  # results it sent before it died still count
         previous, handle.state = handle.state, "gone"
         self._close_conn(handle)
