@@ -1,0 +1,10 @@
+"""Prefect 3 integration: `parallel_run`, a task that runs a parallel step inside a flow.
+
+Install with `pip install "parallel-steps[prefect]"`. See docs/prefect.md.
+"""
+
+from .cache import STEP_REUSE, StepReuse
+from .parameters import step_config
+from .tasks import ParallelRunFailed, parallel_run
+
+__all__ = ["parallel_run", "ParallelRunFailed", "StepReuse", "STEP_REUSE", "step_config"]

@@ -1,0 +1,93 @@
+"""What a `parallel_run` task run shows in Prefect: progress log lines, a progress artifact, and
+tables of the run summary and of its failed mini-batches.
+
+Artifact keys are the step name plus a suffix (step names are valid keys), so
+each step's artifacts keep one history across flow runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+
+from ..config import ParallelRunConfig, dump_json
+from ..jobs import run_status
+
+FAILED_ROWS_SHOWN = 100  # a table artifact is for reading, the full list is in the run's logs
+_FAILED_COLUMNS = ("idx", "source", "items", "attempts", "error", "exit_code", "worker", "duration")
+_WARN_EVENTS = {"mini_batch_failed", "worker_replaced", "threshold_exceeded", "job_canceled"}
+
+
+class Progress:
+    """Reports a running step: the progress artifact and a log line per progress snapshot."""
+
+    def __init__(self, name: str, logger: logging.LoggerAdapter | logging.Logger):
+        self.name, self.logger = name, logger
+        self.artifact_id = create_progress_artifact(0.0, key=f"{name}-progress",
+                                                    description=f"Step {name}: planning mini-batches")
+
+    def update(self, snapshot: dict[str, Any]) -> None:
+        total, done = snapshot["mini_batches_total"], snapshot["mini_batches_done"]
+        eta = "" if snapshot.get("eta_s") is None else f", ETA {snapshot['eta_s']:g} s"
+        line = (f"{done}/{total} mini-batches done ({snapshot['mini_batches_succeeded']} succeeded, "
+                f"{snapshot['mini_batches_failed']} failed, {snapshot['mini_batches_reused']} reused); "
+                f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed{eta}")
+        self.logger.info("%s: %s", self.name, line)
+        self._set(done, total, line)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """The final state, also when no worker ran (the whole step was reused) or the step stopped early."""
+        done = summary["mini_batches_succeeded"] + summary["mini_batches_failed"]
+        reused = " (reused)" if summary["reused"] else ""
+        total = summary["mini_batches_total"]
+        self._set(done, total, f"{done}/{total} mini-batches done; {summary['status']}{reused}: "
+                               f"{summary['status_reason']}")
+
+    def _set(self, done: int, total: int, text: str) -> None:
+        percent = 100.0 * done / total if total else 100.0
+        try:
+            update_progress_artifact(self.artifact_id, percent, description=f"Step {self.name}: {text}")
+        except Exception as exc:  # a lost progress update must not stop the step; the next one may land
+            self.logger.warning("%s: progress artifact not updated (%s)", self.name, exc)
+
+    def event(self, event: dict[str, Any]) -> None:
+        if event["type"] in _WARN_EVENTS:
+            detail = ", ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "time"))
+            self.logger.warning("%s: %s (%s)", self.name, event["type"].replace("_", " "), detail)
+
+
+def publish_summary(summary: dict[str, Any]) -> None:
+    """The run summary as a table artifact (and the failed mini-batches as another, when any)."""
+    name = summary["name"]
+    create_table_artifact(_summary_rows(summary), key=f"{name}-summary",
+                          description=f"Step {name}: {summary['status']}: {summary['status_reason']}")
+    failed = failed_mini_batches(summary["run_dir"])
+    if failed:
+        shown = failed[:FAILED_ROWS_SHOWN]
+        more = f" (first {len(shown)} of {len(failed)})" if len(failed) > len(shown) else ""
+        create_table_artifact(shown, key=f"{name}-failed-mini-batches",
+                              description=f"Step {name}: failed mini-batches{more}; "
+                                          f"tracebacks under {summary['run_dir']}/logs/user/error/")
+
+
+def failed_mini_batches(run_dir: str) -> list[dict[str, Any]]:
+    """The failed mini-batches of a run, as rows of the columns a user needs to find the cause."""
+    rows = run_status(run_dir, mini_batches=True).get("mini_batches", [])
+    return [{column: row.get(column) for column in _FAILED_COLUMNS} for row in rows if row["state"] == "failed"]
+
+
+def _summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per summary field, then the configuration fields that differ from their defaults."""
+    rows = [{"field": key, "value": value} for key, value in summary.items() if not isinstance(value, dict)]
+    defaults = dump_json(ParallelRunConfig())
+    for key, value in summary.get("config", {}).items():
+        if value != defaults.get(key):
+            rows.append({"field": f"config.{key}", "value": value if _scalar(value) else json.dumps(value)})
+    return rows
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))

@@ -1,0 +1,207 @@
+"""The `parallel_run` Prefect task: one parallel step inside a flow.
+
+An adapter only (STYLE.md section 4): task parameters become a config, `run_step`
+runs on a helper thread while the task's own thread reports progress and
+watches for cancellation, and the summary or `StepFailed` becomes the task
+run's result or failure.
+
+    task thread:  parameters -> config -> start step thread -> loop: relay progress,
+                  poll flow run state -> cancel -> join -> summary / ParallelRunFailed
+    step thread:  run_step(config, run_dir, on_progress, on_event, cancel) -> queue
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect import get_run_logger, task
+from prefect.client.orchestration import get_client
+from prefect.context import TaskRunContext
+from prefect.states import Cancelled
+
+from ..config import ParallelRunConfig
+from ..driver import Cancel
+from ..errors import ParallelStepsError, StepFailed
+from ..step import run_step
+from .artifacts import Progress, publish_summary
+from .cache import STEP_REUSE
+from .parameters import StepSpec, config_from_parameters, step_config
+
+_POLL_S = 0.5           # the task thread's loop: progress relayed, step thread checked
+_CANCEL_POLL_S = 1.0    # how often the flow run's state is read from the API
+_STOP_GRACE_S = 60.0    # bounded wait for the step to stop after the task was interrupted
+
+
+class ParallelRunFailed(StepFailed):
+    """The step ended Failed; the task run fails with its reason and where to look."""
+
+    def __init__(self, summary: dict[str, Any]):
+        super().__init__(summary)
+        self.args = (f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
+                     f"(see {summary.get('job_result')})",)
+
+
+def _task_run_name(parameters: dict[str, Any]) -> str:
+    """Task runs are named after their step, so a flow with several steps reads well in the UI."""
+    try:
+        return config_from_parameters(parameters).name
+    except ParallelStepsError:
+        return "parallel-run"  # the task run itself then fails with the config error
+
+
+@task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
+def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any]:
+    """Run a parallel step (Azure ML ParallelRunStep) as a Prefect task and return its run summary.
+
+    Progress goes to the task's log and a progress artifact; the run summary (and
+    the failed mini-batches, if any) become table artifacts. A retry of the task
+    run resumes the step; cancelling the flow run stops every worker. With
+    `allow_reuse` (the default) a rerun with the same inputs, script and settings
+    is Cached; set `allow_reuse=False` to always run.
+
+    Args:
+        parallel_run_config: the step, as a `ParallelRunConfig`, a dict of config fields or the path of a
+            step YAML file (default: only `fields`).
+        **fields: config fields (`entry_script`, `inputs`, `mini_batch_size`, `process_count_per_node`,
+            `error_threshold`, `backend`, ...) overriding `parallel_run_config`; `None` leaves a field as it is,
+            so flow parameters with a `None` default override only when given.
+
+    Returns:
+        The run summary (`status`, `status_reason`, `reused`, `output_file`, `mini_batches_total`, ...).
+
+    Raises:
+        ParallelRunFailed: the step ended Failed (a `StepFailed`; `.summary` is the run summary). A step
+            Canceled (by cancelling the flow run) ends the task run Cancelled instead.
+        ConfigError, InputError: an invalid field or an unreadable input, before any worker starts.
+
+    Example:
+        >>> @flow
+        ... def score(mini_batch_size: int | None = None):
+        ...     return parallel_run("step.yaml", mini_batch_size=mini_batch_size)
+    """
+    config = step_config(parallel_run_config, **fields)
+    logger = get_run_logger()
+    run_dir = _run_dir(config)
+    logger.info("step %s: run directory %s", config.name, run_dir)
+    progress = Progress(config.name, logger)
+    try:
+        summary = _run_watched(config, run_dir, progress, logger)
+    except StepFailed as failed:
+        progress.finish(failed.summary)
+        publish_summary(failed.summary)
+        if failed.summary.get("status") == "Canceled":  # shown as Cancelled, not as a failure of the step
+            return Cancelled(message=str(ParallelRunFailed(failed.summary)))
+        raise ParallelRunFailed(failed.summary) from None
+    progress.finish(summary)
+    publish_summary(summary)
+    logger.info("step %s: %s%s: %s", config.name, summary["status"], " (reused)" if summary["reused"] else "",
+                summary["output_file"] or summary["output"])
+    return summary
+
+
+def _run_dir(config: ParallelRunConfig) -> Path:
+    """One run directory per task run: its retries resume it, and no other task run shares it."""
+    task_run = TaskRunContext.get().task_run
+    return config.resolved_run_root() / f"{config.name}-{task_run.id}"
+
+
+def _run_watched(config: ParallelRunConfig, run_dir: Path, progress: Progress,
+                 logger: logging.LoggerAdapter | logging.Logger) -> dict[str, Any]:
+    """Run the step on a helper thread; anything that interrupts this thread (a runner's SIGTERM, a
+    task timeout) or a cancelled flow run cancels the step, which stops its workers."""
+    messages: queue.SimpleQueue = queue.SimpleQueue()
+    cancel = Cancel()
+    step = _StepThread(config, run_dir, messages, cancel)
+    step.start()
+    try:
+        with _FlowRunWatch(TaskRunContext.get().task_run.flow_run_id, logger) as watch:
+            while step.is_alive():
+                _relay(messages, progress, timeout=_POLL_S)
+                if not cancel.is_set() and (reason := watch.cancel_reason()):
+                    logger.warning("step %s: %s; stopping the workers", config.name, reason)
+                    cancel.cancel(reason)
+    except BaseException as interruption:
+        cancel.cancel(f"the Prefect task run was interrupted ({type(interruption).__name__})")
+        step.join(_STOP_GRACE_S)
+        raise
+    _relay(messages, progress)
+    return step.result()
+
+
+class _StepThread(threading.Thread):
+    """`run_step` with its callbacks turned into messages, so Prefect calls stay on the task's thread."""
+
+    def __init__(self, config: ParallelRunConfig, run_dir: Path, messages: queue.SimpleQueue, cancel: Cancel):
+        super().__init__(name=f"parallel-run-{config.name}", daemon=True)
+        self.config, self.run_dir, self.messages, self.cancel = config, run_dir, messages, cancel
+        self._summary: dict[str, Any] | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._summary = run_step(self.config, run_dir=self.run_dir, run_id=self.run_dir.name,
+                                     on_progress=lambda snapshot: self.messages.put(("progress", snapshot)),
+                                     on_event=lambda event: self.messages.put(("event", event)), cancel=self.cancel)
+        except BaseException as exc:  # re-raised on the task's thread by result()
+            self._error = exc
+
+    def result(self) -> dict[str, Any]:
+        if self._error is not None:
+            raise self._error
+        return self._summary
+
+
+def _relay(messages: queue.SimpleQueue, progress: Progress, timeout: float | None = None) -> None:
+    """Pass queued events on, and the latest progress snapshot (older ones are stale)."""
+    latest = None
+    try:
+        item = messages.get(timeout=timeout) if timeout else messages.get_nowait()
+        while True:
+            kind, payload = item
+            if kind == "progress":
+                latest = payload
+            else:
+                progress.event(payload)
+            item = messages.get_nowait()
+    except queue.Empty:
+        pass
+    if latest is not None:
+        progress.update(latest)
+
+
+class _FlowRunWatch:
+    """Reads the flow run's state now and then. Prefect does not interrupt a running task when its flow
+    run is cancelled from the API or UI (only a runner's SIGTERM reaches the process), so the task looks."""
+
+    def __init__(self, flow_run_id: UUID | None, logger: logging.LoggerAdapter | logging.Logger):
+        self.flow_run_id, self.logger = flow_run_id, logger
+        self._client = get_client(sync_client=True) if flow_run_id else None
+        self._next = 0.0
+
+    def __enter__(self) -> _FlowRunWatch:
+        if self._client:
+            self._client.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._client:
+            self._client.__exit__(*exc_info)
+
+    def cancel_reason(self) -> str | None:
+        if self._client is None or time.monotonic() < self._next:
+            return None
+        self._next = time.monotonic() + _CANCEL_POLL_S
+        try:
+            state = self._client.read_flow_run(self.flow_run_id).state
+        except Exception as exc:  # an unreachable API must not stop the step; the next poll retries
+            self.logger.debug("could not read the flow run state: %s", exc)
+            return None
+        if state and (state.is_cancelling() or state.is_cancelled()):
+            return f"the Prefect flow run was cancelled ({state.name})"
+        return None

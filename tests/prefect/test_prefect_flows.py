@@ -1,0 +1,85 @@
+"""The example flows in flows/, run for real: flow parameters override the step."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from parallel_steps.prefect import ParallelRunFailed
+from prefect_helpers import artifacts, flow_run_id, summary_table, task_states
+
+STEP = "score-transactions"
+ROWS, INVALID = 4 * 4 * 500, 4  # the example data: 4 files x 4 row groups x 500 rows, 1 invalid row per file
+
+
+@pytest.fixture
+def tabular(example_flows):
+    import tabular_flow
+
+    return tabular_flow
+
+
+def run(tabular, tmp_path, **parameters):
+    """Run the transactions flow on example data in this test's folder; returns its final state."""
+    parameters = {"input_path": str(tmp_path / "transactions"), "output": str(tmp_path / "out"),
+                  "process_count_per_node": 2, **parameters}
+    return tabular.score_transactions(**parameters, return_state=True)
+
+
+def scored_ids(summary: dict) -> list[int]:
+    return sorted(pq.read_table(summary["output_file"], columns=["id"]).column("id").to_pylist())
+
+
+class TestTabularFlow:
+    def test_a_rerun_with_overridden_parameters_changes_mini_batches_and_output(self, tabular, tmp_path):
+        first = run(tabular, tmp_path)
+        summary = first.result()
+        assert (summary["status"], summary["mini_batches_total"]) == ("Succeeded", 4)  # one per file
+        assert (summary["items_succeeded"], summary["items_failed"]) == (ROWS - INVALID, INVALID)
+        assert len(scored_ids(summary)) == ROWS - INVALID
+
+        second = run(tabular, tmp_path, mini_batch_size=5, process_count_per_node=1)
+        resized = second.result()
+        assert resized["mini_batches_total"] == 16  # one per row group
+        assert resized["config"]["process_count_per_node"] == 1
+        shown = summary_table(flow_run_id(second), STEP)
+        assert (shown["mini_batches_total"], shown["config.mini_batch_size"]) == (16, 5)
+        assert scored_ids(resized) == scored_ids(summary)
+
+        one_file = str(tmp_path / "transactions" / "part-002.parquet")
+        third = run(tabular, tmp_path, input_path=one_file, output=str(tmp_path / "out-one-file"))
+        narrowed = third.result()
+        assert narrowed["mini_batches_total"] == 1
+        assert scored_ids(narrowed) == sorted(set(range(2 * 2000, 3 * 2000)) & set(scored_ids(summary)))
+        assert summary_table(flow_run_id(third), STEP)["items_total"] == 2000
+
+    def test_error_threshold_zero_fails_the_flow_with_the_threshold_reason(self, tabular, tmp_path):
+        state = run(tabular, tmp_path, error_threshold=0)
+        assert state.is_failed()
+        with pytest.raises(ParallelRunFailed, match="error_threshold 0 exceeded"):
+            state.result()
+        run_id = flow_run_id(state)
+        assert task_states(run_id)[STEP] == "Failed"
+        assert "error_threshold 0 exceeded" in summary_table(run_id, STEP)["status_reason"]
+        assert artifacts(run_id, f"{STEP}-failed-mini-batches") == []  # items failed, no mini-batch did
+
+    def test_an_unchanged_rerun_is_cached(self, tabular, tmp_path):
+        first = run(tabular, tmp_path)
+        again = run(tabular, tmp_path)
+        assert task_states(flow_run_id(first))[STEP] == "Completed"
+        assert task_states(flow_run_id(again))[STEP] == "Cached"
+        assert again.result() == first.result()
+
+
+class TestDigitsFlow:
+    def test_digits_flow_scores_and_a_rerun_with_mini_batch_size_5_doubles_the_mini_batches(self, example_flows,
+                                                                                             tmp_path):
+        import digits_flow
+
+        first = digits_flow.score_digits(output=str(tmp_path / "out"), return_state=True).result()
+        assert (first["status"], first["mini_batches_total"]) == ("Succeeded", 45)
+        assert first["accuracy"] > 0.9
+        second = digits_flow.score_digits(mini_batch_size=5, output=str(tmp_path / "out5"), return_state=True)
+        resized = second.result()
+        assert resized["mini_batches_total"] == 90
+        assert summary_table(flow_run_id(second), "score-digits")["mini_batches_total"] == 90
+        assert sorted(open(resized["output_file"]).read().splitlines()) == \
+            sorted(open(first["output_file"]).read().splitlines())
