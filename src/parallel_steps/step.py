@@ -138,7 +138,7 @@ class _StepRun:
         finally:
             index.close()
         if summary["reused"]:
-            self._discard()
+            self._keep_reused(summary) if self.requested_dir else self._discard()
         elif summary["status"] != "Succeeded":
             raise StepFailed(summary)
         return summary
@@ -249,6 +249,14 @@ class _StepRun:
         if self.created_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
+    def _keep_reused(self, summary: dict[str, Any]) -> None:
+        """A run folder the caller chose (a task instance's) keeps the restored output and the summary."""
+        self.ledger.close()
+        for leftover in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):
+            (self.run_dir / leftover).unlink(missing_ok=True)
+        shutil.rmtree(self.parts_dir, ignore_errors=True)
+        write_summary(self.run_dir, summary)
+
     def _reuse_whole_step(self, index: RunIndex, key: str) -> dict[str, Any] | None:
         """An earlier successful run with the same step key: restore its output, start no worker."""
         earlier = index.succeeded_with_step_key(key)
@@ -261,7 +269,7 @@ class _StepRun:
         if target:
             if not os.path.exists(target):
                 return None
-            if self.config.output:  # else the earlier run's own output folder is this run's output
+            if self.config.output or self.requested_dir:  # else point at the earlier run's own output
                 output = str(self.output_dir)
                 target = str(link_or_copy(Path(target), self.output_dir / self.config.append_row_file_name))
         # Counts describe this invocation: nothing ran, every mini-batch was reused from `run_id`.

@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,32 +118,3 @@ def context():
         return {"ti": TaskInstance(**ti), "params": dict(params or {})}
 
     return make
-
-
-@pytest.fixture
-def write_script(tmp_path):
-    def write(body: str, name: str = "score.py") -> Path:
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(body))
-        return path
-
-    return write
-
-
-@pytest.fixture
-def make_files(tmp_path):
-    def make(count: int, folder: str = "data") -> Path:
-        root = tmp_path / folder
-        root.mkdir(parents=True, exist_ok=True)
-        for i in range(count):
-            (root / f"f{i:04d}.txt").write_text(f"{i}\n")
-        return root
-
-    return make
-
-
-@pytest.fixture(autouse=True)
-def isolated_run_root(tmp_path, monkeypatch):
-    """In-process runs land in this test's folder."""
-    monkeypatch.setenv("PARALLEL_STEPS_HOME", str(tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)

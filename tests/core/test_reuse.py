@@ -73,11 +73,17 @@ class TestWholeStepReuse:
             Path(first["output_file"]).read_bytes()
 
     def test_reuse_with_the_default_output_folder_points_at_the_earlier_output(self, counting):
-        first = run_step(config(output=None), run_dir="first")
-        again = run_step(config(output=None), run_dir="second")
+        first = run_step(config(output=None))
+        again = run_step(config(output=None))
         assert again["reused"] and again["output_file"] == first["output_file"]
+        assert len([p for p in Path("runs").iterdir() if p.name.startswith("parallel-run")]) == 1
+
+    def test_reuse_into_a_run_folder_the_caller_chose_keeps_output_and_summary_there(self, counting):
+        first = run_step(config(output=None), run_dir="task-1")
+        again = run_step(config(output=None), run_dir="task-2")
+        assert again["reused"] and again["output_file"] == str(Path("task-2/output/parallel_run_step.txt").absolute())
         assert Path(again["output_file"]).read_text() == Path(first["output_file"]).read_text()
-        assert not Path("second").exists(), "nothing ran there"
+        assert json.loads(Path("task-2/run.json").read_text())["reused"] is True
 
     def test_a_stricter_threshold_is_not_satisfied_by_an_earlier_looser_run(self, counting):
         (counting / "score.py").write_text(COUNTING.replace("    return [tag", "    mini_batch = mini_batch[1:] if "
