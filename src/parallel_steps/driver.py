@@ -224,7 +224,7 @@ class Driver:
             return 2
         if mean >= 0.05:
             return 1
-        return max(2, min(8, int(0.01 / max(mean, 1e-6)) + 1))
+        return max(2, min(32, int(0.01 / max(mean, 1e-6)) + 1))
 
     def _dispatch(self) -> None:
         depth = self._queue_depth()
@@ -257,9 +257,9 @@ class Driver:
         elif isinstance(event, InitFailed):
             self._init_failed(event)
         elif isinstance(event, ItemsLoaded):
-            queued = self._queued.get(event.worker.id)
-            if queued and queued[0].mini_batch.index == event.mini_batch:
-                queued[0].items = event.items
+            for attempt in self._queued.get(event.worker.id, ()):
+                if attempt.mini_batch.index == event.mini_batch:
+                    attempt.items = event.items
         elif isinstance(event, HangTimeoutChanged):
             limit = "no limit" if event.seconds is None else f"{event.seconds:g} s"
             self.log.info("%s set the run() timeout of its current mini-batch to %s", event.worker.id, limit)
@@ -269,7 +269,9 @@ class Driver:
 
     def _finished(self, event: Finished) -> None:
         self._exempt.pop(event.worker.id, None)
-        current = self._queued[event.worker.id].popleft()
+        queued = self._queued[event.worker.id]
+        current = next(a for a in queued if a.mini_batch.index == event.mini_batch.index)
+        queued.remove(current)
         outcome = event.outcome
         items = outcome.items if outcome.items is not None else current.items
         current.started, duration = outcome.started, outcome.duration
@@ -283,8 +285,11 @@ class Driver:
         self._exempt.pop(event.worker.id, None)
         queued = self._queued.pop(event.worker.id, collections.deque())
         self._ready.pop(event.worker.id, None)
-        current = queued.popleft() if queued and event.mini_batch is not None else None
-        for unstarted in reversed(queued):  # queued behind it, never started: back to the front, no attempt counted
+        current = None
+        if event.mini_batch is not None:
+            current = next(a for a in queued if a.mini_batch.index == event.mini_batch.index)
+            queued.remove(current)
+        for unstarted in reversed(queued):  # not started, or finished but unreported: again, no attempt counted
             self._retry.appendleft((unstarted.mini_batch, unstarted.attempt))
         self._forget_starting(event.worker)
         self._replace(event.worker, event.reason, event.detail)

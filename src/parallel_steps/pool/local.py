@@ -5,11 +5,13 @@
        └── next_event ◀────┘  a wakeup pipe; timeout = the nearest deadline
 
 One owner, one loop, no locks: only the pool holds the worker handles. A worker
-runs the mini-batches it was given in order, one at a time, and answers each;
-so the head of its queue is the one it runs, a sentinel (pidfd) firing the
-moment it dies maps to exactly that mini-batch, and the rest go back unstarted.
-A short queue lets a worker start its next mini-batch without waiting for the
-driver. `node_count > 1` simulates nodes on one machine.
+runs the mini-batches it was given in order, one at a time; a short queue lets
+it start the next one without waiting for the driver, and results of quick
+ones come back a few at a time. Its marker (a small shared file) says which
+mini-batch it runs and since when, so a deadline counts from the real start,
+and a sentinel (pidfd) firing the moment it dies maps to exactly that
+mini-batch; the others it held go back unstarted. `node_count > 1` simulates
+nodes on one machine.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from ..inputs.minibatch import MiniBatch
 from ..store.logs import WorkerLogPaths
 from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
                    WorkerInfo, WorkerPool, node_id_of)
+from .local_worker import Marker
 
 _DUMP_GRACE_S = 1.0   # time a hung worker gets to write its stacks before SIGKILL
 _MEMORY_CHECK_S = 1.0
 _LIKELY_OOM_RSS = 1 << 30
+_MARKER_CHECK_S = 0.05  # how soon to look again for the start of a queued mini-batch
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -50,18 +54,35 @@ class _Handle:
     conn: Connection | None
     sentinel: int
     logs: WorkerLogPaths
+    marker: Marker | None = None
     state: str = "starting"            # starting | ready | stopping | gone
     queue: collections.deque = field(default_factory=collections.deque)  # (mini-batch, attempt, timeout)
     outbox: list = field(default_factory=list)
-    deadline: float | None = None      # of the head of the queue
+    extended: tuple[int, float] | None = None  # (mini-batch index, deadline) set by EntryScript.hang_timeout
     kill_at: float | None = None
     kill_reason: str | None = None
     kill_detail: str = ""
     last_rss: int = 0
 
-    def start_head(self, now: float) -> None:
-        timeout = self.queue[0][2] if self.queue else None
-        self.deadline = now + timeout if timeout else None
+    def running(self) -> tuple[MiniBatch, float | None] | None:
+        """The mini-batch it runs now and its deadline (None: no limit), from its marker."""
+        index, since = self.marker.get()
+        if index < 0:
+            return None
+        for mini_batch, _, timeout in self.queue:
+            if mini_batch.index == index:
+                if self.extended and self.extended[0] == index:
+                    return mini_batch, self.extended[1]
+                return mini_batch, since + timeout if timeout else None
+        return None
+
+    def take(self, index: int) -> tuple[MiniBatch, int] | None:
+        """Remove the queue entry of mini-batch `index` (normally the head)."""
+        for position, (mini_batch, attempt, _) in enumerate(self.queue):
+            if mini_batch.index == index:
+                del self.queue[position]
+                return mini_batch, attempt
+        return None
 
 
 class LocalWorkerPool(WorkerPool):
@@ -97,16 +118,19 @@ class LocalWorkerPool(WorkerPool):
         env = {**os.environ, **self.settings.worker_environment(node, process_name, gpu)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         parent_end, child_end = Pipe(duplex=True)
+        marker = Marker.create()
         with open(spec.logs.stdout, "ab") as stdout, open(spec.logs.stderr, "ab") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "parallel_steps.pool.local_worker", str(child_end.fileno()), str(os.getpid())],
+                [sys.executable, "-m", "parallel_steps.pool.local_worker", str(child_end.fileno()), str(os.getpid()),
+                 marker.path],
                 pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                 env=env, start_new_session=True)  # its own process group: killpg reaches its children
         child_end.close()
         parent_end.send(spec)
         info = WorkerInfo(id=f"{node_id}/{process_name}", node_index=node, node_id=node_id,
                           process_name=process_name, slot=slot, pid=process.pid, gpu=gpu)
-        handle = self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs)
+        handle = self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs,
+                                                  marker)
         self._watch(parent_end.fileno(), "conn", handle)
         self._watch(handle.sentinel, "sentinel", handle)
 
@@ -139,8 +163,6 @@ class LocalWorkerPool(WorkerPool):
             raise RuntimeError(f"worker {worker.id} is {handle.state}, not ready")
         handle.queue.append((mini_batch, attempt, timeout))
         handle.outbox.append((mini_batch, attempt))
-        if len(handle.queue) == 1:
-            handle.start_head(time.monotonic())
 
     def wakeup(self) -> None:
         """Make a waiting `next_event` return (safe from signal handlers and other threads)."""
@@ -178,9 +200,13 @@ class LocalWorkerPool(WorkerPool):
     def _next_wakeup(self, now: float) -> float:
         times = [now + 3600]
         for handle in self._handles.values():
-            times += [t for t in (handle.deadline, handle.kill_at) if t is not None]
-        if any(h.queue for h in self._handles.values()):
-            times.append(self._next_memory_check)
+            if handle.kill_at is not None:
+                times.append(handle.kill_at)
+            if handle.queue:
+                running = handle.running()
+                # a queued mini-batch may start any moment: look again soon to learn its deadline
+                times.append(running[1] or now + 3600 if running else now + _MARKER_CHECK_S)
+                times.append(self._next_memory_check)
         return min(times)
 
     def _handle_ready(self, fd: int) -> None:
@@ -217,17 +243,20 @@ class LocalWorkerPool(WorkerPool):
             self._events.append(ItemsLoaded(handle.info, message[1], message[2]))
         elif kind == "hang_timeout":
             self._set_hang_timeout(handle, message[1])
-        elif kind == "result" and handle.queue:
-            mini_batch, attempt, _ = handle.queue.popleft()
-            handle.start_head(time.monotonic())
-            self._events.append(Finished(handle.info, mini_batch, attempt, message[2]))
+        elif kind == "results":
+            for index, outcome in message[1]:
+                entry = handle.take(index)
+                if entry:
+                    self._events.append(Finished(handle.info, *entry, outcome))
 
     def _set_hang_timeout(self, handle: _Handle, seconds: float | None) -> None:
-        if not handle.queue:
+        index, _ = handle.marker.get()
+        entry = next((e for e in handle.queue if e[0].index == index), None)
+        if entry is None:
             return
         if seconds is not None and seconds < 0:
-            seconds = handle.queue[0][2]
-        handle.deadline = time.monotonic() + seconds if seconds else None
+            seconds = entry[2]
+        handle.extended = (index, time.monotonic() + seconds if seconds else None)
         self._events.append(HangTimeoutChanged(handle.info, seconds))
 
     # Losing workers ---------------------------------------------------------------------
@@ -237,10 +266,11 @@ class LocalWorkerPool(WorkerPool):
             if handle.kill_at is not None and now >= handle.kill_at:
                 handle.kill_at = None
                 _kill_group(handle.process.pid)
-            elif handle.queue and handle.deadline is not None and now >= handle.deadline:
-                handle.deadline = None
-                mini_batch, _, timeout = handle.queue[0]
-                self._dump_and_kill(handle, "timed_out", f"run() exceeded {timeout:g} s on mini-batch {mini_batch.index}")
+            elif handle.queue and not handle.kill_reason and (running := handle.running()):
+                mini_batch, deadline = running
+                if deadline is not None and now >= deadline:
+                    limit = next(t for mb, _, t in handle.queue if mb is mini_batch)
+                    self._dump_and_kill(handle, "timed_out", f"run() exceeded {limit:g} s on mini-batch {mini_batch.index}")
         if now >= self._next_memory_check:
             self._next_memory_check = now + _MEMORY_CHECK_S
             self._sample_memory()
@@ -286,12 +316,16 @@ class LocalWorkerPool(WorkerPool):
             gpus.sort(key=self.settings.gpu_ids.index)
         del self._handles[handle.info.id]
         if self._closed or previous == "stopping":
+            handle.marker.remove()
             return
         if previous == "starting":
+            handle.marker.remove()
             self._events.append(InitFailed(handle.info, f"worker exited with {exit_name(exit_code)} during init()"
                                            f"{_stderr_tail(handle)}"))
             return
-        head, attempt = (handle.queue.popleft()[:2] if handle.queue else (None, 0))
+        index, _ = handle.marker.get()
+        head, attempt = handle.take(index) or (None, 0)  # the rest it held goes back unstarted
+        handle.marker.remove()
         if handle.kill_reason == "timed_out":
             handle.kill_detail += hang_summary(handle.logs.error)
         detail = handle.kill_detail or (f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}"

@@ -1,18 +1,23 @@
-"""The local worker process: `python -m parallel_steps.pool.local_worker FD`.
+"""The local worker process: `python -m parallel_steps.pool.local_worker FD PARENT_PID MARKER`.
 
 A short loop in the spirit of concurrent.futures' `_process_worker`: receive the
-spec, init once, then run the mini-batches it is given in order, answering each
-as soon as it is done. A watchdog
-thread ends the worker (and its children) when the driver is gone, so even a
-SIGKILLed driver leaves no orphans.
+spec, init once, then run the mini-batches it is given in order. Results of
+quick mini-batches travel in small batches (one message per few milliseconds,
+not one per mini-batch); the marker tells the pool which mini-batch runs now
+and since when, so deadlines stay exact and a crash is blamed on the right
+one. A watchdog thread ends the worker (and its children) when the driver is
+gone, so even a SIGKILLed driver leaves no orphans.
 """
 
 from __future__ import annotations
 
 import collections
+import mmap
 import os
 import signal
+import struct
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -20,6 +25,48 @@ from multiprocessing.connection import Connection
 from ..worker.runtime import InitError, WorkerRuntime
 
 _PARENT_POLL_S = 0.5
+_BATCH_S = 0.02        # the longest a finished result waits for company
+_BATCH_MAX = 32
+
+
+class Marker:
+    """What a worker is running (mini-batch index, -1 for none) and since when (`time.monotonic()`,
+    one clock for every process on Linux), in a small file both processes map.
+
+    One writer (the worker), one reader (the pool); a generation number, odd while the
+    worker writes, lets the reader retry a torn read (a seqlock).
+    """
+
+    _FIELDS = struct.Struct("qqd")
+
+    def __init__(self, path: str):
+        self.path = path
+        with open(path, "r+b") as file:
+            self._map = mmap.mmap(file.fileno(), self._FIELDS.size)
+        self._generation = self._FIELDS.unpack_from(self._map)[0]
+
+    @classmethod
+    def create(cls) -> Marker:
+        fd, path = tempfile.mkstemp(prefix="parallel-steps-worker-", suffix=".marker")
+        os.write(fd, cls._FIELDS.pack(0, -1, 0.0))
+        os.close(fd)
+        return cls(path)
+
+    def set(self, index: int, since: float = 0.0) -> None:
+        struct.pack_into("q", self._map, 0, self._generation + 1)
+        struct.pack_into("qd", self._map, 8, index, since)
+        self._generation += 2
+        struct.pack_into("q", self._map, 0, self._generation)
+
+    def get(self) -> tuple[int, float]:
+        while True:
+            generation, index, since = self._FIELDS.unpack_from(self._map)
+            if generation % 2 == 0 and struct.unpack_from("q", self._map)[0] == generation:
+                return index, since
+
+    def remove(self) -> None:
+        self._map.close()
+        os.unlink(self.path)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -30,10 +77,36 @@ def _watch_parent(parent_pid: int) -> None:
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def main(fd: int, parent_pid: int) -> int:
+class _Results:
+    """Finished results, sent together when the queue runs dry, or a few milliseconds later at most."""
+
+    def __init__(self, conn: Connection):
+        self.conn, self.items, self.since = conn, [], 0.0
+
+    def add(self, index: int, outcome) -> None:
+        if not self.items:
+            self.since = time.monotonic()
+        self.items.append((index, outcome))
+
+    def due(self) -> bool:
+        return len(self.items) >= _BATCH_MAX or time.monotonic() - self.since >= _BATCH_S
+
+    def send(self, *message) -> None:
+        """Flush the batch, then send `message` (so the pool sees events in order)."""
+        if self.items:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.conn.send(("results", self.items))
+            self.items = []
+        if message:
+            self.conn.send(message)
+
+
+def main(fd: int, parent_pid: int, marker_path: str) -> int:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
-    conn = Connection(fd)
-    runtime = WorkerRuntime(conn.recv(), hang_timeout_hook=lambda seconds: conn.send(("hang_timeout", seconds)))
+    conn, marker = Connection(fd), Marker(marker_path)
+    results = _Results(conn)
+    runtime = WorkerRuntime(conn.recv(), hang_timeout_hook=lambda seconds: results.send("hang_timeout", seconds))
     try:
         runtime.start()
     except InitError as exc:
@@ -42,9 +115,10 @@ def main(fd: int, parent_pid: int) -> int:
     conn.send(("ready",))
     queue: collections.deque = collections.deque()
     while True:
-        # Block only when there is nothing to run; otherwise take what has arrived meanwhile.
         try:
-            while not queue or conn.poll():
+            while not queue or conn.poll():  # block only when there is nothing to run
+                if not queue:
+                    results.send()
                 message = conn.recv()
                 if message[0] == "stop":
                     runtime.shutdown()
@@ -53,13 +127,16 @@ def main(fd: int, parent_pid: int) -> int:
         except EOFError:
             break
         mini_batch, attempt = queue.popleft()
-        outcome = runtime.run(mini_batch, attempt, on_loaded=lambda n: conn.send(("loaded", mini_batch.index, n)))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        conn.send(("result", mini_batch.index, outcome))
+        marker.set(mini_batch.index, time.monotonic())
+        outcome = runtime.run(mini_batch, attempt,
+                              on_loaded=lambda n: results.send("loaded", mini_batch.index, n))
+        marker.set(-1)
+        results.add(mini_batch.index, outcome)
+        if not queue or not outcome.ok or results.due():  # a failure is reported at once, never lost
+            results.send()
     runtime.shutdown()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]))
