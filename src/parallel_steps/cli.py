@@ -25,6 +25,10 @@ _SPECIAL = {"inputs"}
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["node"]:  # its own parser: --help and options before STEP.yaml must reach it
+        from .launch import main as node_main
+
+        return node_main(argv[1:])
     script_args: list[str] = []
     if "--" in argv:
         split = argv.index("--")
@@ -88,17 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("--run-root", help="default PARALLEL_STEPS_HOME or ./.parallel_steps")
     clean.set_defaults(command=_clean)
 
-    node = commands.add_parser("node", add_help=False, help="run on every node of a multi-node job (Ray); "
-                               "see `parallel-steps node --help`")
-    node.add_argument("node_args", nargs=argparse.REMAINDER)
-    node.set_defaults(command=_node)
+    # Listed for the help only: main() hands `node ...` to parallel_steps.launch, which has its own options.
+    commands.add_parser("node", add_help=False, help="run on every node of a multi-node job (Ray); "
+                        "see `parallel-steps node --help`")
     return parser
-
-
-def _node(args: argparse.Namespace) -> int:
-    from .launch import main as node_main
-
-    return node_main(args.node_args + (["--", *args.script_args] if args.script_args else []))
 
 
 def _job_command(commands, name: str, handler, help_text: str) -> argparse.ArgumentParser:

@@ -118,6 +118,7 @@ class _StepRun:
         self.on_progress, self.on_event = on_progress, on_event
         self.cancel = cancel or threading.Event()
         self.entry_script, self.side_inputs = _check(config, entry_callables)
+        self.code = _code_key(config, self.entry_script, entry_callables, self.side_inputs)
         self.run_root = config.resolved_run_root()
         self.requested_dir = Path(run_dir).absolute() if run_dir else None
         self.requested_id = run_id
@@ -132,7 +133,8 @@ class _StepRun:
         try:
             self._open_run_dir()
             summary = self._plan_and_run(index)
-        except (InputError, ConfigError):
+        except (InputError, ConfigError):  # a user error, found before any mini-batch ran: leave no trace
+            index.remove(self.run_id)
             self._discard()
             raise
         finally:
@@ -154,6 +156,8 @@ class _StepRun:
             if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
                 return summary
             stack.enter_context(key_lock(self.run_root, lock_key, self.config.first_task_creation_timeout))
+            if key is None and self.config.allow_reuse and index.with_code_key(self.code, self.run_id):
+                lock_key, key = self._plan(index)  # a run with this code ended while this one waited: reuse it
             if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
                 return summary
             return self._run(index, key, workers)
@@ -167,7 +171,6 @@ class _StepRun:
         self.output_dir = Path(self.config.output).absolute() if self.config.output else self.run_dir / "output"
         self.ledger = Ledger(self.run_dir / "ledger.sqlite")
         self.run_id = self.ledger.get("run_id") or self.requested_id or self.run_dir.name
-        self.code = _code_key(self.config, self.entry_script, self.entry_callables, self.side_inputs)
         self.resumed = self.ledger.get("code_key") == self.code
         if not self.resumed:
             self.ledger.clear_plan()
@@ -185,6 +188,7 @@ class _StepRun:
         fingerprint the files they read.
         """
         sources = self._reuse_sources(index)
+        self.counters = Counters()
         planner = Planner(self.config.inputs, self.config.batch_size, self.config.partition_keys,
                           self.config.reuse_fingerprint, defer_files=not sources)
         fingerprints, names, rows = [], hashlib.sha256(), []
@@ -294,6 +298,9 @@ class _StepRun:
                     assemble(self.ledger.parts(), self.output_file, self.config.output_format)
                     log.info("output assembled: %s", self.output_file)
                 break
+            except (ConfigError, InputError):  # found when the workers start (e.g. a bad ray_address)
+                logs.close(log)
+                raise
             except Exception as exc:  # a system error of the driver itself
                 log.exception("system error")
                 workers.close()

@@ -98,7 +98,11 @@ class WorkerPool(abc.ABC):
         self._stack.__enter__()
         self._stack.callback(self.close)
         self._open = True
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self._stack.close()  # __exit__ is not called when __enter__ raises: stop what did start
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:

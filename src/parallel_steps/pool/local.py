@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import re
 import select
 import signal
 import subprocess
@@ -33,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from ..inputs.minibatch import MiniBatch
-from ..store.logs import WorkerLogPaths
+from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
 from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
                    WorkerInfo, WorkerPool, node_id_of)
 from .local_worker import Marker
@@ -321,7 +320,7 @@ class LocalWorkerPool(WorkerPool):
         if previous == "starting":
             handle.marker.remove()
             self._events.append(InitFailed(handle.info, f"worker exited with {exit_name(exit_code)} during init()"
-                                           f"{_stderr_tail(handle)}"))
+                                           f"{stderr_tail(handle.logs)}"))
             return
         index, _ = handle.marker.get()
         head, attempt = handle.take(index) or (None, 0)  # the rest it held goes back unstarted
@@ -329,7 +328,7 @@ class LocalWorkerPool(WorkerPool):
         if handle.kill_reason == "timed_out":
             handle.kill_detail += hang_summary(handle.logs.error)
         detail = handle.kill_detail or (f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}"
-                                        f"{_stderr_tail(handle)}")
+                                        f"{stderr_tail(handle.logs)}")
         self._events.append(Lost(handle.info, head, attempt, handle.kill_reason or "crashed", exit_code, detail))
 
     # Closing -------------------------------------------------------------------------------
@@ -384,40 +383,6 @@ def _oom_hint(handle: _Handle, exit_code: int | None) -> str:
         return f", not sent by parallel-steps (last RSS {handle.last_rss >> 20} MB)"
     return (f": likely out of memory (killed by the kernel's OOM killer?); last RSS {handle.last_rss >> 20} MB "
             f"(see logs/perf/{handle.info.node_id}/)")
-
-
-def hang_summary(error_log: Path) -> str:
-    """Where a hung worker was, from the faulthandler dump at the end of its error log: the frame of
-    the entry script in the thread that ran it, and the innermost one, e.g.
-    `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`."""
-    try:
-        with open(error_log, "rb") as file:
-            file.seek(max(0, file.seek(0, 2) - 65536))
-            text = file.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    dump = text.rsplit("stacks of every thread:", 1)[-1]
-    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
-        frames = [(os.path.basename(p), line, name)
-                  for p, line, name in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)]
-        calls = [i for i, (path, _, name) in enumerate(frames) if name == "_call" and path == "runtime.py"]
-        if calls and calls[0] > 0:
-            user, innermost = frames[calls[0] - 1], frames[0]
-            where = "{} line {} in {}".format(*user)
-            if innermost != user:
-                where += " (innermost: {} line {} in {})".format(*innermost)
-            return f"; hung at {where}"
-    return ""
-
-
-def _stderr_tail(handle: _Handle, lines: int = 5) -> str:
-    try:
-        with open(handle.logs.stderr, "rb") as file:
-            file.seek(max(0, file.seek(0, 2) - 4096))
-            tail = file.read().decode("utf-8", "replace").strip().splitlines()[-lines:]
-    except OSError:
-        return ""
-    return (": " + " | ".join(tail)) if tail else ""
 
 
 def exit_name(code: int | None) -> str:

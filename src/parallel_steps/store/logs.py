@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,3 +115,38 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def timestamp(when: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when if when is not None else time.time()))
+
+
+def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:
+    """The last lines a worker wrote to stderr, as `: line | line`, for the message of its loss."""
+    try:
+        with open(paths.stderr, "rb") as file:
+            file.seek(max(0, file.seek(0, 2) - 4096))
+            tail = file.read().decode("utf-8", "replace").strip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return (": " + " | ".join(tail)) if tail else ""
+
+
+def hang_summary(error_log: Path) -> str:
+    """Where a hung worker was, from the faulthandler dump at the end of its error log: the frame of
+    the entry script in the thread that ran it, and the innermost one, e.g.
+    `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`."""
+    try:
+        with open(error_log, "rb") as file:
+            file.seek(max(0, file.seek(0, 2) - 65536))
+            text = file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    dump = text.rsplit("stacks of every thread:", 1)[-1]
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
+        frames = [(os.path.basename(p), line, name)
+                  for p, line, name in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)]
+        calls = [i for i, (path, _, name) in enumerate(frames) if name == "_call" and path == "runtime.py"]
+        if calls and calls[0] > 0:
+            user, innermost = frames[calls[0] - 1], frames[0]
+            where = "{} line {} in {}".format(*user)
+            if innermost != user:
+                where += " (innermost: {} line {} in {})".format(*innermost)
+            return f"; hung at {where}"
+    return ""
