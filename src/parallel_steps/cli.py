@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import sys
@@ -169,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
     cancel = Cancel()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda num, _: cancel.cancel(f"canceled by the user ({signal.Signals(num).name})"))
-    progress = _Progress(json_mode=args.json)
+    progress = _Progress()
     try:
         summary = run_step(config, run_dir=args.run_dir, on_progress=progress.update, cancel=cancel)
         code = 0
@@ -186,7 +185,7 @@ class _Progress:
 
     _PLAIN_EVERY_S = 10.0
 
-    def __init__(self, json_mode: bool):
+    def __init__(self):
         self._live = sys.stderr.isatty()
         self._bar = None
         self._last_line = 0.0

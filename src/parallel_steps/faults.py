@@ -14,6 +14,7 @@ BUILTIN_RETRYABLE = (
     r"too many requests", r"service unavailable", r"\b(502|503|504)\b", r"cuda out of memory",
     r"cuda error: (an illegal memory access|unspecified launch failure)", r"nccl", r"outofmemory",
     r"resource temporarily unavailable", r"remote end closed connection",
+    r"run\(\) exceeded \d",  # the worker hung past run_invocation_timeout
 )
 
 _MASKS = (

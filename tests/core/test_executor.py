@@ -1,7 +1,6 @@
 """The core executor on the local backend: exactly-once output under faults, thresholds, GPUs, logs."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
-import pyarrow.parquet as pq
 import pytest
 
 from parallel_steps import ParallelRunConfig, ParallelRunStep, StepFailed, TabularDataset

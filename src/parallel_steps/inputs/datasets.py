@@ -11,7 +11,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TABULAR_FORMATS = ("csv", "parquet", "jsonl")
+#: CSV read options a TabularDataset accepts (JSON lines and Parquet need none).
+CSV_OPTIONS = ("delimiter", "header", "column_names", "quote_char", "encoding", "skip_rows")
 _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet",
                ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 
@@ -85,9 +86,6 @@ class TabularDataset(BaseModel):
             raise ValueError(f"cannot tell the format of {path!r} (set format: csv, parquet or jsonl)")
         return _EXTENSIONS[ext]
 
-
-#: CSV read options a TabularDataset accepts (JSON lines and Parquet need none).
-CSV_OPTIONS = ("delimiter", "header", "column_names", "quote_char", "encoding", "skip_rows")
 
 Dataset = Union[FileDataset, TabularDataset]
 
