@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, InputError
@@ -244,6 +243,8 @@ class ParallelRunConfig(BaseModel):
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> ParallelRunConfig:
         """A config from a step file; relative paths are relative to the file's folder."""
+        import yaml  # here, not at the top: most runs never read YAML, and it costs start-up time
+
         file = Path(path)
         try:
             data = yaml.safe_load(file.read_text()) or {}
@@ -298,6 +299,8 @@ def _coerce(cls: type[BaseModel], key: str, value: Any) -> Any:
         return value
     annotation = str(cls.model_fields[key].annotation)
     if any(t in annotation for t in ("list", "dict")) and key != "inputs":
+        import yaml
+
         text = value.strip()
         if not text:
             return None if "None" in annotation else ([] if "list" in annotation else {})

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 _TICK_S = 0.5           # the longest the loop waits without looking at the clock and the cancel flag
 _PROGRESS_EVERY_S = 2.0
+_COMMIT_EVERY_S = 0.1   # a killed driver loses the results of the last moment; they run again on resume
 _INIT_FAILURE_GRACE_S = 120.0
 _MIN_FINISHED_FOR_RATE = 10
 
@@ -148,6 +149,7 @@ class Driver:
         self._exempt: dict[str, float] = {}  # worker id -> until when its mini-batch may run without progress
         self._last_progress = 0.0
         self._dirty = False
+        self._last_commit = 0.0
 
     # The loop ---------------------------------------------------------------------------
 
@@ -165,7 +167,7 @@ class Driver:
                     self._handle(event)
                     self._dispatch()
                     event = self.pool.next_event(0)
-                self._commit()
+                self._commit(force=False)
                 self._check_job_health()
                 self._report_progress()
             status, reason = self._final_status()
@@ -228,7 +230,8 @@ class Driver:
 
     def _dispatch(self) -> None:
         depth = self._queue_depth()
-        for level in range(depth):  # breadth first: every worker gets one before any gets two
+        lowest = min(map(len, self._queued.values()), default=depth)
+        for level in range(lowest, depth):  # breadth first: every worker gets one before any gets two
             for worker_id, queued in self._queued.items():
                 if len(queued) > level:
                     continue
@@ -390,11 +393,13 @@ class Driver:
             raise JobFailed(f"max_same_error {self.config.max_same_error} reached: the same error failed "
                             f"{len(group.mini_batches)} mini-batches: {group.first} (first in {group.examples[0]})")
 
-    def _commit(self) -> None:
-        if self._dirty:
+    def _commit(self, force: bool = True) -> None:
+        now = time.monotonic()
+        if self._dirty and (force or now - self._last_commit >= _COMMIT_EVERY_S):
             self.ledger.commit()
             self.logs.flush()
             self._dirty = False
+            self._last_commit = now
 
     # Job-level checks ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ byte range, row groups or key values); the worker reads the data itself.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import hashlib
 import os
@@ -62,20 +63,21 @@ class Planner:
     # Files ---------------------------------------------------------------
 
     def _file_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
-        group: list[tuple[str, os.stat_result | None]] = []
-        for item in iter_files(dataset.path, stat=not self.defer_files):
-            group.append(item)
-            if len(group) == self.batch_size:
-                yield self._files_piece(group)
-                group = []
+        size, group = self.batch_size, []
+        for run in iter_file_runs(dataset.path):
+            group += run
+            full = len(group) - len(group) % size
+            for start in range(0, full, size):
+                yield self._files_piece(tuple(group[start:start + size]))
+            group = group[full:]
         if group:
-            yield self._files_piece(group)
+            yield self._files_piece(tuple(group))
 
-    def _files_piece(self, group: list[tuple[str, os.stat_result | None]]) -> dict[str, Any]:
-        paths, stats = tuple(p for p, _ in group), [s for _, s in group]
+    def _files_piece(self, paths: tuple[str, ...]) -> dict[str, Any]:
         if self.defer_files:
-            return dict(kind="files", paths=paths, items=len(group), nbytes=None, fingerprint=None)
-        return dict(kind="files", paths=paths, items=len(group), nbytes=sum(s.st_size for s in stats),
+            return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
+        stats = [_stat(path) for path in paths]
+        return dict(kind="files", paths=paths, items=len(paths), nbytes=sum(s.st_size for s in stats),
                     fingerprint=files_fingerprint(paths, stats, self.fingerprint))
 
     def _file_identity(self, path: str, stat: os.stat_result) -> bytes:
@@ -183,49 +185,62 @@ def iter_files(paths: list[str], skip_hidden: bool = False,
                stat: bool = True) -> Iterator[tuple[str, os.stat_result | None]]:
     """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order;
     with `stat=False` the stat is None and listing a folder costs no system call per file."""
+    for run in iter_file_runs(paths, skip_hidden):
+        for path in run:
+            yield path, _stat(path) if stat else None
+
+
+def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list[str]]:
+    """The files of `iter_files` as lists of consecutive paths (a folder's files between its
+    subfolders), so that grouping them into mini-batches is slicing, not a step per file."""
     for spec in paths:
-        found = False
-        if _GLOB_CHARS & set(spec):
-            for match in sorted(glob.iglob(spec, recursive=True)):
-                for item in _walk(match, skip_hidden, stat):
-                    found = True
-                    yield item
-            if not found:
-                raise InputError(spec, "matches no files")
-            continue
-        if not os.path.lexists(spec):
+        is_glob = bool(_GLOB_CHARS & set(spec))
+        if is_glob:
+            matches = sorted(glob.iglob(spec, recursive=True))
+        elif os.path.lexists(spec):
+            matches = [spec]
+        else:
             raise InputError(spec, "no such file or folder")
-        for item in _walk(spec, skip_hidden, stat):
-            found = True
-            yield item
+        found = False
+        for match in matches:
+            for run in _walk(match, skip_hidden):
+                found = True
+                yield run
         if not found:
-            raise InputError(spec, "folder has no files")
+            raise InputError(spec, "matches no files" if is_glob else "folder has no files")
 
 
-def _walk(path: str, skip_hidden: bool, stat: bool) -> Iterator[tuple[str, os.stat_result | None]]:
+def _walk(path: str, skip_hidden: bool) -> Iterator[list[str]]:
     """Files at or under `path` in name order."""
-    info = _stat(path)
-    if S_ISDIR(info.st_mode):
-        yield from _walk_folder(path, skip_hidden, stat)
+    if S_ISDIR(_stat(path).st_mode):
+        yield from _walk_folder(path, skip_hidden)
     else:
-        yield path, info
+        yield [path]
 
 
-def _walk_folder(folder: str, skip_hidden: bool, stat: bool) -> Iterator[tuple[str, os.stat_result | None]]:
-    """Holds one folder's sorted entries at a time, never the whole tree."""
+def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[list[str]]:
+    """Holds one folder's sorted names at a time, never the whole tree; subfolders are walked
+    where their names fall among the files."""
+    files: list[str] = []
+    folders: list[str] = []
     try:
         with os.scandir(folder) as scan:
-            entries = sorted(((e.name, e.is_dir()) for e in scan if not (skip_hidden and e.name.startswith(
-                _IGNORED_PREFIXES))))
+            for entry in scan:
+                if not (skip_hidden and entry.name.startswith(_IGNORED_PREFIXES)):
+                    (folders if entry.is_dir() else files).append(entry.name)
     except OSError as exc:
         raise InputError(folder, f"cannot list folder ({exc.strerror})") from None
-    prefix = folder if folder.endswith(os.sep) else folder + os.sep
-    for name, is_dir in entries:
-        path = prefix + name
-        if is_dir:
-            yield from _walk_folder(path, skip_hidden, stat)
-        else:
-            yield path, _stat(path) if stat else None
+    files.sort()
+    folders.sort()
+    prefix, start = os.path.join(folder, ""), 0
+    for name in folders:
+        end = bisect.bisect_left(files, name, start)
+        if end > start:
+            yield [prefix + file for file in files[start:end]]
+        start = end
+        yield from _walk_folder(prefix + name, skip_hidden)
+    if start < len(files):
+        yield [prefix + file for file in files[start:]]
 
 
 def _stat(path: str) -> os.stat_result:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import collections
 import mmap
 import os
+import select
 import signal
 import struct
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from ..worker.runtime import InitError, WorkerRuntime
@@ -80,8 +82,8 @@ def _watch_parent(parent_pid: int) -> None:
 class _Results:
     """Finished results, sent together when the queue runs dry, or a few milliseconds later at most."""
 
-    def __init__(self, conn: Connection):
-        self.conn, self.items, self.since = conn, [], 0.0
+    def __init__(self, conn: Connection, flush: Callable[[], None]):
+        self.conn, self.flush, self.items, self.since = conn, flush, [], 0.0
 
     def add(self, index: int, outcome) -> None:
         if not self.items:
@@ -94,8 +96,7 @@ class _Results:
     def send(self, *message) -> None:
         """Flush the batch, then send `message` (so the pool sees events in order)."""
         if self.items:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            self.flush()  # the slices and log lines the results point at, before the results
             self.conn.send(("results", self.items))
             self.items = []
         if message:
@@ -105,8 +106,8 @@ class _Results:
 def main(fd: int, parent_pid: int, marker_path: str) -> int:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
     conn, marker = Connection(fd), Marker(marker_path)
-    results = _Results(conn)
     runtime = WorkerRuntime(conn.recv(), hang_timeout_hook=lambda seconds: results.send("hang_timeout", seconds))
+    results = _Results(conn, runtime.flush)
     try:
         runtime.start()
     except InitError as exc:
@@ -114,9 +115,11 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
         return 3
     conn.send(("ready",))
     queue: collections.deque = collections.deque()
+    inbox = select.poll()  # registered once: Connection.poll() builds a selector per call
+    inbox.register(conn.fileno(), select.POLLIN)
     while True:
         try:
-            while not queue or conn.poll():  # block only when there is nothing to run
+            while not queue or inbox.poll(0):  # block only when there is nothing to run
                 if not queue:
                     results.send()
                 message = conn.recv()

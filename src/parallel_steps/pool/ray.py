@@ -117,7 +117,7 @@ class ParallelStepsWorker:
         finally:
             faulthandler.cancel_dump_traceback_later()
             self._current = None
-            _flush()
+            self._runtime.flush()
 
     def shutdown(self, timeout: float) -> None:
         """The script's shutdown(); its stacks are dumped if it takes longer than `timeout`."""

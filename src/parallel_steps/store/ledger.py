@@ -2,8 +2,8 @@
 
 The driver is its only writer, and what it trusts after a crash: a mini-batch is
 done exactly when its row says `succeeded` and names a part file. Writes are
-committed in batches, before the driver waits for the next event, so a killed
-driver loses at most the results it had not yet acknowledged.
+committed in batches (every tenth of a second or so), so a killed driver loses at
+most the results of its last moment: they run again when the run resumes.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 );
 """
 
+_SUCCEED = ("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
+            " items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
+            " fingerprint=coalesce(?, fingerprint) WHERE idx=?")
+
 
 class Ledger:
     """One run's ledger file; `Ledger.open_readonly` for other runs (reuse, status)."""
@@ -65,6 +69,7 @@ class Ledger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+        self._successes: list[tuple] = []  # written by commit(), many rows per statement
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
@@ -74,10 +79,13 @@ class Ledger:
             return None
 
     def close(self) -> None:
-        self._db.commit()
+        self.commit()
         self._db.close()
 
     def commit(self) -> None:
+        if self._successes:
+            self._db.executemany(_SUCCEED, self._successes)
+            self._successes = []
         self._db.commit()
 
     # Meta ------------------------------------------------------------------
@@ -126,11 +134,9 @@ class Ledger:
 
     def succeed(self, idx: int, attempts: int, part: Part | None, returned: int, items_failed: int,
                 items: int | None, worker: str, duration: float, fingerprint: str | None) -> None:
-        self._db.execute("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?,"
-                         " returned=?, items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
-                         " fingerprint=coalesce(?, fingerprint) WHERE idx=?",
-                         (attempts, *(part or (None, None, None)), returned, items_failed, items, worker, duration,
-                          fingerprint, idx))
+        """Written with the next `commit()`."""
+        self._successes.append((attempts, *(part or (None, None, None)), returned, items_failed, items, worker,
+                                duration, fingerprint, idx))
 
     def fail(self, idx: int, attempts: int, error: str, exit_code: int | None, items: int | None,
              worker: str, duration: float) -> None:
@@ -158,6 +164,7 @@ class Ledger:
         return [fp for (fp,) in self._db.execute("SELECT fingerprint FROM mini_batches ORDER BY idx")]
 
     def rollback(self) -> None:
+        self._successes = []
         self._db.rollback()
 
     def totals(self) -> dict[str, int]:

@@ -8,6 +8,7 @@ logs are for people, the ledger is for recovery.
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import os
 import re
@@ -114,7 +115,13 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def timestamp(when: float | None = None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when if when is not None else time.time()))
+    return _timestamp_of_second(int(when if when is not None else time.time()))
+
+
+@functools.lru_cache(maxsize=4)
+def _timestamp_of_second(second: int) -> str:
+    """Formatting a time costs more than the rest of a mini-batch's log row; a second has one text."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
 
 
 def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:

@@ -52,8 +52,11 @@ class Spool:
         data = encode(result, fmt)
         offset = self._file.tell()
         self._file.write(data)
-        self._file.flush()  # readable by the driver before the worker reports success
         return Part(self.path, offset, len(data))
+
+    def flush(self) -> None:
+        """Make the slices written so far readable by the driver (before their success is reported)."""
+        self._file.flush()
 
     def close(self) -> None:
         self._file.close()

@@ -37,6 +37,20 @@ def new_run_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
+def _use_wal(db: sqlite3.Connection, patience_s: float = 60.0) -> None:
+    """Switch to WAL. While another process creates the file, the switch fails at once with
+    "database is locked" (SQLite's busy timeout does not cover it), so try again for a while."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class RunIndex:
     """The index of the runs under one run root."""
 
@@ -45,7 +59,7 @@ class RunIndex:
         self.root.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.root / "index.sqlite", timeout=60, isolation_level=None,
                                    check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        _use_wal(self._db)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:

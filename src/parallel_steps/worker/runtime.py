@@ -24,7 +24,7 @@ from typing import Any, Callable
 from ..inputs.fingerprints import files_fingerprint
 from ..inputs.loaders import load
 from ..inputs.minibatch import MiniBatch
-from ..store.logs import WorkerLogPaths
+from ..store.logs import WorkerLogPaths, timestamp
 from ..store.output import Part, Spool, count_rows
 from . import entry_script
 
@@ -65,6 +65,11 @@ class Outcome:
     duration: float = 0.0
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
 
+    def __reduce__(self):
+        # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
+        return Outcome, (self.ok, self.items, self.returned, self.part, self.error, self.started, self.duration,
+                         self.fingerprint)
+
 
 class WorkerRuntime:
     """init() once, run() per mini-batch, shutdown() once."""
@@ -83,7 +88,7 @@ class WorkerRuntime:
         spec = self.spec
         self._error_file = open(spec.logs.error, "a", encoding="utf-8")
         faulthandler.register(STACK_DUMP_SIGNAL, file=self._error_file, all_threads=True)
-        self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8", buffering=1)  # line by line
+        self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")  # flushed with the results
         if spec.append_row:
             self._spool = Spool(os.path.join(spec.parts_dir, f"{spec.node_id}-{spec.process_name}.{spec.output_format}"))
         root = logging.getLogger()
@@ -109,7 +114,8 @@ class WorkerRuntime:
             raise InitError(text) from None
 
     def run(self, mini_batch: MiniBatch, attempt: int, on_loaded: Callable[[int], None] | None = None) -> Outcome:
-        """One attempt of one mini-batch: load, run(), append the rows to this worker's spool."""
+        """One attempt of one mini-batch: load, run(), append the rows to this worker's spool.
+        Call `flush()` before the outcome leaves the worker."""
         started = time.time()
         items = mini_batch.items
         try:
@@ -128,6 +134,16 @@ class WorkerRuntime:
         self._journal_line(mini_batch, attempt, outcome)
         return outcome
 
+    def flush(self) -> None:
+        """Make what the reported outcomes point at readable: their output slices and log lines.
+        Once per batch of results, not per mini-batch: a write per mini-batch is the hot path's cost."""
+        for stream in (self._spool, self._journal, sys.stdout, sys.stderr):
+            if stream:
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # a closed or broken stdout must not fail the run
+                    pass
+
     def shutdown(self) -> None:
         """Call the script's shutdown() and write the profile; errors are logged, not raised."""
         try:
@@ -137,9 +153,7 @@ class WorkerRuntime:
             self._log_error("shutdown()", exc)
         if self._profiler:
             self._profiler.dump_stats(self.spec.logs.profile)
-        for stream in (sys.stdout, sys.stderr, self._journal, self._error_file):
-            if stream:
-                stream.flush()
+        self.flush()
         if self._spool:
             self._spool.close()
 
@@ -186,7 +200,7 @@ class WorkerRuntime:
         succeeded = min(outcome.returned, outcome.items or outcome.returned) if outcome.ok else 0
         failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
         self._journal.write(
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(outcome.started))} pid={os.getpid()}"
+            f"{timestamp(outcome.started)} pid={os.getpid()}"
             f" mini_batch={mini_batch.index} attempt={attempt} items={items} succeeded={succeeded} failed={failed}"
             f" {'ok' if outcome.ok else 'error'} duration={outcome.duration:.3f}s\n")
 
