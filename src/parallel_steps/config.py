@@ -58,9 +58,9 @@ class ParallelRunConfig(BaseModel):
     name: str = Field("parallel-run", description="Step name: 3-32 characters, lowercase letters, digits and '-'.")
     entry_script: str | None = Field(None, description="The user script with init() and run(mini_batch).")
     source_directory: str | None = Field(None, description="Folder put on sys.path in workers; entry_script is relative to it.")
-    inputs: list[Dataset] = Field(default_factory=list, description="Datasets to partition (one type): paths, FileDataset or TabularDataset.")
-    output: str | None = Field(None, description="Output folder; default <run_dir>/output.")
-    side_inputs: dict[str, str] = Field(default_factory=dict, description="name: path of data every worker can read; ${side_inputs.name} in arguments becomes its local path.")
+    inputs: list[Dataset] = Field(default_factory=list, description="Datasets to partition (one type): paths or fsspec URLs, FileDataset or TabularDataset.")
+    output: str | None = Field(None, description="Output folder, or an fsspec URL it is uploaded to; default <run_dir>/output.")
+    side_inputs: dict[str, str] = Field(default_factory=dict, description="name: path or fsspec URL of data for every worker; ${side_inputs.name} in arguments becomes its local path.")
     arguments: list[str] = Field(default_factory=list, description="Arguments passed to the entry script in sys.argv.")
     environment_variables: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every worker.")
 

@@ -162,7 +162,7 @@ class Driver:
             while self._has_work():
                 self._check_canceled()
                 self._dispatch()
-                event = self.pool.next_event(_TICK_S)
+                event = self.pool.next_event(_COMMIT_EVERY_S if self._dirty else _TICK_S)
                 while event is not None:
                     self._handle(event)
                     self._dispatch()

@@ -22,6 +22,7 @@ from .config import ParallelRunConfig, dump_json
 from .driver import Counters, Driver, EventCallback, ProgressCallback, threshold_breach
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.planner import Planner, iter_files
+from .inputs.storage import is_url, upload
 from .monitor import ResourceMonitor
 from .pool.base import PoolSettings, WorkerPool, node_id_of
 from .resources import default_process_count, gpu_ids
@@ -70,7 +71,7 @@ def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -
 
 def _code_key(config: ParallelRunConfig, script: Path | None, entry_callables: bytes | None,
               side_inputs: dict[str, str]) -> str:
-    skip = [config.resolved_run_root()] + ([Path(config.output)] if config.output else [])
+    skip = [config.resolved_run_root()] + ([Path(config.output)] if config.output and not is_url(config.output) else [])
     return code_key(config, script, entry_callables, side_inputs, skip=skip)
 
 
@@ -168,7 +169,9 @@ class _StepRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.parts_dir = self.run_dir / "parts"
         self.parts_dir.mkdir(exist_ok=True)
-        self.output_dir = Path(self.config.output).absolute() if self.config.output else self.run_dir / "output"
+        output = self.config.output
+        self.output_url = output if output and is_url(output) else None  # staged in the run folder, then uploaded
+        self.output_dir = Path(output).absolute() if output and not self.output_url else self.run_dir / "output"
         self.ledger = Ledger(self.run_dir / "ledger.sqlite")
         self.run_id = self.ledger.get("run_id") or self.requested_id or self.run_dir.name
         self.resumed = self.ledger.get("code_key") == self.code
@@ -271,11 +274,16 @@ class _StepRun:
             return None  # e.g. its failed items were within looser thresholds than this run's
         output, target = summary.get("output"), summary.get("output_file")
         if target:
-            if not os.path.exists(target):
+            # an uploaded output was assembled in its run folder first
+            source = Path(earlier["run_dir"]) / "output" / target.rsplit("/", 1)[-1] if is_url(target) else Path(target)
+            if not source.exists():
                 return None
-            if self.config.output or self.requested_dir:  # else point at the earlier run's own output
+            if self.output_url:
+                output, target = self.output_url, self._output_file_url()
+                upload(source, target)
+            elif self.config.output or self.requested_dir:  # else point at the earlier run's own output
                 output = str(self.output_dir)
-                target = str(link_or_copy(Path(target), self.output_dir / self.config.append_row_file_name))
+                target = str(link_or_copy(source, self.output_dir / self.config.append_row_file_name))
         # Counts describe this invocation: nothing ran, every mini-batch was reused from `run_id`.
         return dict(summary, reused=True, output=output, output_file=target,
                     mini_batches_reused=summary["mini_batches_total"],
@@ -297,6 +305,9 @@ class _StepRun:
                     self.output_file = self.output_dir / self.config.append_row_file_name
                     assemble(self.ledger.parts(), self.output_file, self.config.output_format)
                     log.info("output assembled: %s", self.output_file)
+                if status == "Succeeded" and self.output_url:
+                    upload(self.output_dir, self.output_url)
+                    log.info("output uploaded to %s", self.output_url)
                 break
             except (ConfigError, InputError):  # found when the workers start (e.g. a bad ray_address)
                 logs.close(log)
@@ -388,9 +399,11 @@ class _StepRun:
     def _summary(self, status: str, reason: str, logs: RunLogs) -> dict[str, Any]:
         counters, ended = self.counters, time.time()
         output_file = getattr(self, "output_file", None)
+        if output_file and self.output_url:
+            output_file = self._output_file_url()
         return dict(
             run_id=self.run_id, name=self.config.name, status=status, status_reason=reason, reused=False,
-            run_dir=str(self.run_dir), output=str(self.output_dir),
+            run_dir=str(self.run_dir), output=self.output_url or str(self.output_dir),
             output_file=str(output_file) if output_file and status == "Succeeded" else None,
             items_total=counters.items_total, items_succeeded=counters.items_succeeded,
             items_failed=counters.items_failed, mini_batches_total=counters.mini_batches_total,
@@ -401,6 +414,9 @@ class _StepRun:
             started_at=timestamp(self.started_at), ended_at=timestamp(ended) if status != "Running" else None,
             elapsed_s=round(ended - self.started_at, 3), restarts=self.restarts, job_result=str(logs.job_result),
             config=dump_json(self.config))
+
+    def _output_file_url(self) -> str:
+        return f"{self.output_url.rstrip('/')}/{self.config.append_row_file_name}"
 
     def _finish(self, index: RunIndex, logs: RunLogs, log, summary: dict[str, Any]) -> None:
         fingerprints = self.ledger.fingerprints()
@@ -431,9 +447,9 @@ def _check(config: ParallelRunConfig, entry_callables: bytes | None) -> tuple[Pa
         script = entry_script_path(config)
     side_inputs = {}
     for name, path in config.side_inputs.items():
-        if "://" not in path and not os.path.exists(path):
+        if not is_url(path) and not os.path.exists(path):
             raise InputError(path, f"side input {name!r} not found")
-        side_inputs[name] = path if "://" in path else os.path.abspath(path)
+        side_inputs[name] = path if is_url(path) else os.path.abspath(path)
     _substitute(config.arguments, config.side_inputs, side_inputs)
     return script, side_inputs
 
@@ -443,7 +459,7 @@ def check_inputs(config: ParallelRunConfig, entry_callables: bytes | None = None
     _check(config, entry_callables)
     for dataset in config.inputs:
         for path in dataset.path:
-            if "://" not in path:
+            if not is_url(path):
                 next(iter_files([path]))
 
 

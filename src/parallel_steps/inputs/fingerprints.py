@@ -9,15 +9,18 @@ import hashlib
 import os
 
 from ..errors import InputError
+from . import storage
+from .storage import is_url
 
 _BLOCK = 1 << 20
 
 
-def file_identity(path: str, stat: os.stat_result | None, mode: str, name: str | None = None) -> bytes:
+def file_identity(path: str, stat: os.stat_result | storage.RemoteStat | None, mode: str,
+                  name: str | None = None) -> bytes:
     """What identifies one file's content: `name` (default the path) with its size and mtime, or its hash."""
     if mode == "content":
         return f"{name or path}\0{content_hash(path)}\n".encode()
-    stat = stat or os.stat(path)
+    stat = stat or (os.stat(path) if not is_url(path) else storage.stat(path))
     return f"{name or path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
 
 
@@ -32,7 +35,7 @@ def files_fingerprint(paths, stats, mode: str) -> str:
 def content_hash(path: str) -> str:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as file:
+        with storage.open_input(path) as file:
             while block := file.read(_BLOCK):
                 digest.update(block)
     except OSError as exc:

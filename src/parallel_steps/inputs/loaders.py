@@ -6,17 +6,35 @@ workers never pay for pandas or pyarrow.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any
 
 from .minibatch import MiniBatch
+from .storage import download, is_url, open_input
 from .tables import parse_bytes, read_table
 
 
-def load(mini_batch: MiniBatch) -> Any:
-    """A list of paths for files; a pandas DataFrame with the file's columns and dtypes for tables."""
+def load(mini_batch: MiniBatch, download_dir: Callable[[], str] | None = None) -> Any:
+    """A list of local paths for files (URLs are downloaded first, into the folder `download_dir()`
+    gives, keeping their names); a pandas DataFrame with the file's columns and dtypes for tables."""
     if mini_batch.kind == "files":
-        return list(mini_batch.paths)
+        if not any(is_url(path) for path in mini_batch.paths):
+            return list(mini_batch.paths)
+        if download_dir is None:
+            raise ValueError("files named by URLs need a download folder")
+        folder = download_dir()
+        return [_local_copy(path, folder, position) for position, path in enumerate(mini_batch.paths)]
     return load_table(mini_batch).to_pandas()
+
+
+def _local_copy(path: str, folder: str, position: int) -> str:
+    if not is_url(path):
+        return path
+    target = os.path.join(folder, str(position), path.rstrip("/").rsplit("/", 1)[-1])
+    os.makedirs(os.path.dirname(target))
+    download(path, target)
+    return target
 
 
 def load_table(mini_batch: MiniBatch):
@@ -27,12 +45,13 @@ def load_table(mini_batch: MiniBatch):
     read = mini_batch.read or {}
     path = mini_batch.paths[0]
     if mini_batch.kind == "parquet":
-        return pq.ParquetFile(path).read_row_groups(list(mini_batch.row_groups))
+        with open_input(path) as file:
+            return pq.ParquetFile(file).read_row_groups(list(mini_batch.row_groups))
     if mini_batch.kind == "keys":
         return _key_rows(mini_batch, read)
     if mini_batch.end is None:
         return read_table(path, mini_batch.kind, read.get("options", {}))
-    with open(path, "rb") as file:
+    with open_input(path) as file:
         file.seek(mini_batch.start)
         data = file.read(mini_batch.end - mini_batch.start)
     schema = pa.ipc.read_schema(pa.py_buffer(read["schema"]))

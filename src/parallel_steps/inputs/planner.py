@@ -20,9 +20,10 @@ from ..errors import InputError, first_line
 from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
+from . import storage
+from .storage import GLOB_CHARS, is_url, list_url, open_input
 from .tables import plan_schema, read_table, record_boundaries
 
-_GLOB_CHARS = set("*?[")
 _IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
 
 
@@ -76,7 +77,7 @@ class Planner:
     def _files_piece(self, paths: tuple[str, ...]) -> dict[str, Any]:
         if self.defer_files:
             return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
-        stats = [_stat(path) for path in paths]
+        stats = [storage.stat(path) for path in paths]
         return dict(kind="files", paths=paths, items=len(paths), nbytes=sum(s.st_size for s in stats),
                     fingerprint=files_fingerprint(paths, stats, self.fingerprint))
 
@@ -112,7 +113,8 @@ class Planner:
         import pyarrow.parquet as pq
 
         try:
-            meta = pq.ParquetFile(path).metadata
+            with open_input(path) as file:
+                meta = pq.ParquetFile(file).metadata
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise InputError(path, f"not a readable Parquet file ({first_line(exc)})") from None
         groups = [(i, meta.row_group(i).total_byte_size, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
@@ -187,14 +189,20 @@ def iter_files(paths: list[str], skip_hidden: bool = False,
     with `stat=False` the stat is None and listing a folder costs no system call per file."""
     for run in iter_file_runs(paths, skip_hidden):
         for path in run:
-            yield path, _stat(path) if stat else None
+            yield path, storage.stat(path) if stat else None
 
 
 def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list[str]]:
     """The files of `iter_files` as lists of consecutive paths (a folder's files between its
     subfolders), so that grouping them into mini-batches is slicing, not a step per file."""
     for spec in paths:
-        is_glob = bool(_GLOB_CHARS & set(spec))
+        is_glob = bool(GLOB_CHARS & set(spec))
+        if is_url(spec):
+            found = [url for url in list_url(spec) if not (skip_hidden and _hidden(url))]
+            if not found:
+                raise InputError(spec, "matches no files" if is_glob else "no such file or folder")
+            yield found
+            continue
         if is_glob:
             matches = sorted(glob.iglob(spec, recursive=True))
         elif os.path.lexists(spec):
@@ -212,7 +220,7 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
 
 def _walk(path: str, skip_hidden: bool) -> Iterator[list[str]]:
     """Files at or under `path` in name order."""
-    if S_ISDIR(_stat(path).st_mode):
+    if S_ISDIR(storage.stat(path).st_mode):
         yield from _walk_folder(path, skip_hidden)
     else:
         yield [path]
@@ -243,8 +251,5 @@ def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[list[str]]:
         yield [prefix + file for file in files[start:]]
 
 
-def _stat(path: str) -> os.stat_result:
-    try:
-        return os.stat(path)
-    except OSError as exc:
-        raise InputError(path, f"cannot read ({exc.strerror})") from None
+def _hidden(url: str) -> bool:
+    return url.rstrip("/").rsplit("/", 1)[-1].startswith(_IGNORED_PREFIXES)

@@ -6,6 +6,7 @@ import io
 from typing import Any
 
 from ..errors import InputError, first_line
+from .storage import open_input
 
 _SCAN_BLOCK = 1 << 20
 
@@ -21,7 +22,7 @@ def record_boundaries(path: str, size: int, batch_size: int, quote: bytes | None
     doubling it, which keeps the parity). Without one (JSON lines) it only seeks.
     """
     bounds, target, quotes = [0], batch_size, 0
-    with open(path, "rb") as file:
+    with open_input(path) as file:
         while target < size:
             if not quote:
                 file.seek(max(file.tell(), target))
@@ -53,7 +54,7 @@ def record_boundaries(path: str, size: int, batch_size: int, quote: bytes | None
 def plan_schema(path: str, fmt: str, options: dict[str, Any], first_end: int, quote: bytes | None) -> bytes:
     """The Arrow schema of a split file, inferred from its head, so that every piece of the
     file reads with the same columns and types."""
-    with open(path, "rb") as file:
+    with open_input(path) as file:
         head = file.read(min(first_end, _SCHEMA_SAMPLE))
     if len(head) < first_end:
         head = head[: _last_boundary(head, quote)]
@@ -98,9 +99,9 @@ def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] 
     import pyarrow.parquet as pq
 
     try:
-        if fmt == "parquet":
-            return pq.read_table(path, columns=columns)
-        with open(path, "rb") as file:
+        with open_input(path) as file:
+            if fmt == "parquet":
+                return pq.read_table(file, columns=columns)
             table = parse_bytes(file.read(), fmt, options, at_start=True)
         return table.select(columns) if columns else table
     except KeyError as exc:

@@ -20,6 +20,7 @@ import collections
 import math
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +33,9 @@ from pathlib import Path
 import psutil
 
 from ..inputs.minibatch import MiniBatch
+from ..inputs.storage import is_url
 from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
+from ..worker.runtime import SIDE_INPUTS_DIR
 from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
                    WorkerInfo, WorkerPool, node_id_of)
 from .local_worker import Marker
@@ -98,6 +101,7 @@ class LocalWorkerPool(WorkerPool):
         self._by_fd: dict[int, tuple[str, _Handle | None]] = {}
         self._watch(self._wakeup_r, "wakeup", None)
         self._next_memory_check = 0.0
+        self._side_input_copies: Path | None = None  # where workers copy side inputs named by URLs
         self._closed = False
 
     # Starting workers -----------------------------------------------------------------
@@ -114,6 +118,8 @@ class LocalWorkerPool(WorkerPool):
         gpus = self._free_gpus[node]
         gpu = gpus.pop(0) if gpus else None
         spec = self.settings.make_spec(node, node_id, process_name)
+        if any(is_url(path) for path in spec.side_inputs.values()):
+            self._side_input_copies = SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
         env = {**os.environ, **self.settings.worker_environment(node, process_name, gpu)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         parent_end, child_end = Pipe(duplex=True)
@@ -357,6 +363,8 @@ class LocalWorkerPool(WorkerPool):
             self._reap(handle)
         os.close(self._wakeup_r)
         os.close(self._wakeup_w)
+        if self._side_input_copies:
+            shutil.rmtree(self._side_input_copies, ignore_errors=True)
 
 
 def _kill_group(pid: int) -> None:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from ..worker.runtime import InitError, WorkerRuntime
+from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
 
 _PARENT_POLL_S = 0.5
 _BATCH_S = 0.02        # the longest a finished result waits for company
@@ -106,7 +106,13 @@ class _Results:
 def main(fd: int, parent_pid: int, marker_path: str) -> int:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
     conn, marker = Connection(fd), Marker(marker_path)
-    runtime = WorkerRuntime(conn.recv(), hang_timeout_hook=lambda seconds: results.send("hang_timeout", seconds))
+    spec = conn.recv()
+    try:
+        spec = localize_side_inputs(spec, copy_paths=False)  # local paths are read in place
+    except Exception as exc:  # noqa: BLE001 - reported as this worker's init failure
+        conn.send(("init_failed", f"side inputs could not be copied: {type(exc).__name__}: {exc}"))
+        return 3
+    runtime = WorkerRuntime(spec, hang_timeout_hook=lambda seconds: results.send("hang_timeout", seconds))
     results = _Results(conn, runtime.flush)
     try:
         runtime.start()

@@ -20,14 +20,12 @@ import asyncio
 import collections
 import dataclasses
 import faulthandler
-import fcntl
 import logging
 import os
 import re
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,14 +39,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ConfigError
 from ..inputs.minibatch import MiniBatch
 from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
-from ..worker.runtime import InitError, WorkerRuntime, WorkerSpec
+from ..worker.runtime import SIDE_INPUTS_DIR, InitError, WorkerRuntime, WorkerSpec, localize_side_inputs
 from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
                    WorkerInfo, WorkerPool, node_id_of)
 
 #: The Ray node label `parallel-steps node` sets; nodes carrying it are numbered by it.
 NODE_INDEX_LABEL = "parallel-steps/node-index"
 #: Where each node keeps its copies of side inputs (one per run and side input).
-SIDE_INPUTS_DIR = Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
 
 _DUMP_GRACE_S = 2.0       # a timed-out actor dumps its stacks, then is killed this long after its deadline
 _DUMP_DELAY_S = 0.5       # the actor's own stack dump fires this long after its deadline (after the header)
@@ -92,7 +89,7 @@ class ParallelStepsWorker:
         if os.path.isdir(self._cwd):
             os.chdir(self._cwd)
         try:
-            spec = _localize_side_inputs(self._spec)
+            spec = localize_side_inputs(self._spec, copy_paths=True)  # nodes may not share a filesystem
         except Exception as exc:  # noqa: BLE001 - reported as this worker's init failure
             return ("init_failed", f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}",
                     os.getpid(), gpu)
@@ -204,51 +201,6 @@ def _flush() -> None:
 
 
 # Side inputs --------------------------------------------------------------------------------------
-
-
-def _localize_side_inputs(spec: WorkerSpec) -> WorkerSpec:
-    """Copy every side input once to this node and point the spec (and arguments naming them) at the copies.
-
-    Copies live under SIDE_INPUTS_DIR/<run id>/<name>/; the first worker on a node copies
-    while the others wait on a lock, so each node copies once.
-    """
-    if not spec.side_inputs:
-        return spec
-    root = SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
-    local = {name: _copy_once(source, root / name) for name, source in spec.side_inputs.items()}
-    moves = sorted(((spec.side_inputs[name], path) for name, path in local.items()), key=lambda m: -len(m[0]))
-    return dataclasses.replace(spec, side_inputs=local, arguments=[_repoint(arg, moves) for arg in spec.arguments])
-
-
-def _copy_once(source: str, folder: Path) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / (Path(source.rstrip("/")).name or "side_input")
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not target.exists():
-            partial = folder / f".partial-{os.getpid()}"
-            _fetch(source, partial)
-            os.rename(partial, target)
-    return str(target)
-
-
-def _fetch(source: str, target: Path) -> None:
-    if "://" in source:
-        import fsspec
-
-        filesystem, path = fsspec.core.url_to_fs(source)
-        filesystem.get(path, str(target), recursive=filesystem.isdir(path))
-    elif os.path.isdir(source):
-        shutil.copytree(source, target, symlinks=True)
-    else:
-        shutil.copy2(source, target)
-
-
-def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
-    """Replace a side input's original path inside an argument (whole path components only)."""
-    for source, local in moves:
-        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", lambda _: local, argument)
-    return argument
 
 
 def _remove_side_inputs(run_id: str) -> None:

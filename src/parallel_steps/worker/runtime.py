@@ -8,13 +8,17 @@ user exceptions: the driver may not be able to import the user's classes.
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import importlib.util
 import logging
 import os
 import pickle
+import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,11 +28,13 @@ from typing import Any, Callable
 from ..inputs.fingerprints import files_fingerprint
 from ..inputs.loaders import load
 from ..inputs.minibatch import MiniBatch
+from ..inputs.storage import copy_once, is_url
 from ..store.logs import WorkerLogPaths, timestamp
 from ..store.output import Part, Spool, count_rows
 from . import entry_script
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
+SIDE_INPUTS_DIR = Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
 
 
 @dataclass
@@ -82,6 +88,7 @@ class WorkerRuntime:
         self._error_file = None
         self._journal = None
         self._spool: Spool | None = None
+        self._downloads: str | None = None
 
     def start(self) -> None:
         """Set up logging and the script's environment, import the script, call init(); raises on failure."""
@@ -119,7 +126,7 @@ class WorkerRuntime:
         started = time.time()
         items = mini_batch.items
         try:
-            data = load(mini_batch)
+            data = load(mini_batch, self._download_dir)
             items = count_rows(data)
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)
@@ -156,6 +163,8 @@ class WorkerRuntime:
         self.flush()
         if self._spool:
             self._spool.close()
+        if self._downloads:
+            shutil.rmtree(self._downloads, ignore_errors=True)
 
     # Internals ------------------------------------------------------------------
 
@@ -177,6 +186,14 @@ class WorkerRuntime:
         if not callable(getattr(module, "run", None)):
             raise AttributeError(f"{script} defines no run(mini_batch) function")
         return {name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))}
+
+    def _download_dir(self) -> str:
+        """An empty local folder for the files of this mini-batch named by URLs; the previous
+        mini-batch's downloads are deleted, so a worker holds one mini-batch's worth at most."""
+        if self._downloads:
+            shutil.rmtree(self._downloads, ignore_errors=True)
+        self._downloads = tempfile.mkdtemp(prefix=f"parallel-steps-{self.spec.process_name}-")
+        return self._downloads
 
     def _fingerprint(self, mini_batch: MiniBatch) -> str | None:
         if mini_batch.fingerprint is not None:
@@ -203,6 +220,27 @@ class WorkerRuntime:
             f"{timestamp(outcome.started)} pid={os.getpid()}"
             f" mini_batch={mini_batch.index} attempt={attempt} items={items} succeeded={succeeded} failed={failed}"
             f" {'ok' if outcome.ok else 'error'} duration={outcome.duration:.3f}s\n")
+
+
+def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
+    """Copy side inputs once to this machine and point the spec (and arguments naming them) at the
+    copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may not share
+    a filesystem). Copies live under SIDE_INPUTS_DIR/<run id>/<name>/, removed when the run ends."""
+    sources = {name: path for name, path in spec.side_inputs.items() if copy_paths or is_url(path)}
+    if not sources:
+        return spec
+    root = SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
+    local = {name: copy_once(source, root / name) for name, source in sources.items()}
+    moves = sorted(((sources[name], path) for name, path in local.items()), key=lambda m: -len(m[0]))
+    return dataclasses.replace(spec, side_inputs={**spec.side_inputs, **local},
+                               arguments=[_repoint(arg, moves) for arg in spec.arguments])
+
+
+def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
+    """Replace a side input's original path inside an argument (whole path components only)."""
+    for source, local in moves:
+        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", lambda _: local, argument)
+    return argument
 
 
 class InitError(Exception):
