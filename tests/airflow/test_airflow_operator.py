@@ -45,6 +45,14 @@ class TestFields:
         with pytest.raises(ConfigError, match=r"^output_action: 'append' is not one of"):
             ParallelRunOperator(task_id="step", output_action="append")
 
+    def test_an_invalid_static_value_of_a_mapped_step_fails_in_partial_naming_the_field(self):
+        with DAG("mapped_bad", schedule=None):
+            with pytest.raises(ConfigError, match=r"^error_threshold: -5 is not valid"):
+                ParallelRunOperator.partial(task_id="step", entry_script="score.py", error_threshold=-5)
+            mapped = ParallelRunOperator.partial(task_id="ok", entry_script="score.py",
+                                                 mini_batch_size="{{ params.size }}").expand(inputs=[["a"], ["b"]])
+        assert mapped.partial_kwargs["mini_batch_size"] == "{{ params.size }}"
+
     def test_templates_and_xcomargs_are_checked_when_the_task_runs_not_at_parse_time(self):
         with DAG("deferred", schedule=None):
             upstream = ParallelRunOperator(task_id="upstream", entry_script="score.py", inputs="data")

@@ -113,16 +113,22 @@ class ParallelRunOperator(BaseOperator):
         values = {f: getattr(self, attribute(f)) for f in FIELDS}
         return {f: v for f, v in values.items() if v is not None}
 
+    @classmethod
+    def partial(cls, **kwargs: Any):
+        """`BaseOperator.partial`, with the static config values checked now (at parse time), as
+        `__init__` checks them; the mapped values of `expand()` are checked when each task runs."""
+        fields = {f: kwargs[f] for f in FIELDS if kwargs.get(f) is not None}
+        _base_config(kwargs.get("parallel_run_config"), kwargs.get("task_id", ""), fields).with_overrides(
+            **{f: v for f, v in fields.items() if not _deferred(v)})
+        return super().partial(**kwargs)
+
     def _check_static(self) -> None:
         """Validate what is known at parse time; templates and XComArgs are checked in execute()."""
         static = {f: v for f, v in self.field_values().items() if not _deferred(v)}
         self._base_config().with_overrides(**static)
 
     def _base_config(self) -> ParallelRunConfig:
-        config = self.parallel_run_config or ParallelRunConfig()
-        if "name" in config.model_fields_set or self.field_values().get("name") is not None:
-            return config
-        return config.with_overrides(name=_name_from(self.task_id, config.name))
+        return _base_config(self.parallel_run_config, self.task_id, self.field_values())
 
     def build_config(self, context: Mapping[str, Any]) -> ParallelRunConfig:
         """The effective config: base config, then the (rendered) fields, then DAG params."""
@@ -216,6 +222,14 @@ def run_location(config: ParallelRunConfig, context: Mapping[str, Any]) -> tuple
 
 def _safe(part: str) -> str:
     return _UNSAFE.sub("_", part).strip(".") or "_"
+
+
+def _base_config(config: ParallelRunConfig | None, task_id: str, fields: Mapping[str, Any]) -> ParallelRunConfig:
+    """The config the fields apply to; its step name comes from the task id unless one is given."""
+    config = config or ParallelRunConfig()
+    if "name" in config.model_fields_set or fields.get("name") is not None:
+        return config
+    return config.with_overrides(name=_name_from(task_id, config.name))
 
 
 def _name_from(task_id: str, default: str) -> str:
