@@ -30,6 +30,7 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
     model = tmp_path / "model"
     model.mkdir()
     (model / "weights.txt").write_text("w42\n")
+    (tmp_path / "labels.txt").write_text("cat\n")  # a side input named by an fsspec URL
     write_entry_script(tmp_path, '''
         import argparse, subprocess
         from azureml_user.parallel_run import EntryScript
@@ -42,8 +43,9 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
             parser.add_argument("--model")
             args, _ = parser.parse_known_args()
             weights = open(os.path.join(args.model, "weights.txt")).read().strip()
+            labels = EntryScript().get_side_input("labels")
             _write_marker(model_arg=args.model, side_input=EntryScript().get_side_input("model"),
-                          user_var=os.environ["USER_VAR"])
+                          user_var=os.environ["USER_VAR"], labels=labels, label=open(labels).read().strip())
             print("init says hello", flush=True)
             subprocess.run(["echo", "a child process says hello"], check=True)
             EntryScript().logger.info("init logged")
@@ -53,7 +55,7 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
             return [f"{os.path.basename(p)} {weights}" for p in mini_batch]
     ''')
     names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(16)])
-    config = _config(tmp_path, names, node_count=2, process_count_per_node=2, side_inputs={"model": str(model)},
+    config = _config(tmp_path, names, node_count=2, process_count_per_node=2, side_inputs={"model": str(model), "labels": f"file://{tmp_path / 'labels.txt'}"},
                      arguments=["--model", "${side_inputs.model}"], environment_variables={"USER_VAR": "yes"})
 
     summary = run_step(config)
@@ -73,6 +75,7 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
         # The script gets a node-local copy of the side input, in its arguments and from EntryScript.
         assert marker["side_input"] == marker["model_arg"]
         assert marker["side_input"].startswith(str(SIDE_INPUTS_DIR)) and Path(marker["side_input"]).name == "model"
+        assert marker["labels"].startswith(str(SIDE_INPUTS_DIR)) and marker["label"] == "cat"
     assert not (SIDE_INPUTS_DIR / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run
     logs = Path(summary["run_dir"]) / "logs"
     for key in seen:
