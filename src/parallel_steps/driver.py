@@ -220,13 +220,14 @@ class Driver:
 
     def _queue_depth(self) -> int:
         """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
-        the rest), a few when they take milliseconds (so a worker never waits for the driver)."""
+        the rest), about 20 ms of work when they are short, so that a worker never runs dry
+        while the driver commits or refills (a commit takes milliseconds)."""
         mean = self._mean_duration
         if mean is None:
             return 2
         if mean >= 0.05:
             return 1
-        return max(2, min(32, int(0.01 / max(mean, 1e-6)) + 1))
+        return max(2, min(256, int(0.02 / max(mean, 1e-6)) + 1))
 
     def _dispatch(self) -> None:
         depth = self._queue_depth()
