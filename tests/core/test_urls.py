@@ -53,6 +53,9 @@ def test_tables_named_by_url_split_into_pieces_give_every_row_once(tmp_path, wri
     frame = pd.DataFrame({"id": range(3000), "text": [f"row {i}, with a comma" for i in range(3000)]})
     frame.to_csv(tmp_path / "tables" / "a.csv", index=False)
     pq.write_table(pa.Table.from_pandas(frame), tmp_path / "tables" / "b.parquet", row_group_size=1000)
+    (tmp_path / "tables" / "_SUCCESS").write_text("")  # what Spark leaves beside its output: skipped
+    (tmp_path / "tables" / "_temporary").mkdir()
+    (tmp_path / "tables" / "_temporary" / "part-0.csv").write_text("id\nnot a number\n")
     write_script("def run(frame):\n    return frame[['id']]\n")
     config = ParallelRunConfig(entry_script="score.py", inputs=[{"type": "tabular", "path": _url("tables")}],
                                mini_batch_size="16KB", output="out", append_row_file_name="ids.csv")

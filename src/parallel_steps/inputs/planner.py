@@ -198,7 +198,7 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
     for spec in paths:
         is_glob = bool(GLOB_CHARS & set(spec))
         if is_url(spec):
-            found = [url for url in list_url(spec) if not (skip_hidden and _hidden(url))]
+            found = [url for url in list_url(spec) if not (skip_hidden and _hidden(url, spec))]
             if not found:
                 raise InputError(spec, "matches no files" if is_glob else "no such file or folder")
             yield found
@@ -251,5 +251,10 @@ def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[list[str]]:
         yield [prefix + file for file in files[start:]]
 
 
-def _hidden(url: str) -> bool:
-    return url.rstrip("/").rsplit("/", 1)[-1].startswith(_IGNORED_PREFIXES)
+def _hidden(url: str, spec: str) -> bool:
+    """Whether a listed object lies in or is a hidden entry below what the user named (`_temporary/`
+    of a Spark output, `.crc` files), as local folders skip them at every level."""
+    base = min((spec.find(c) for c in GLOB_CHARS if c in spec), default=len(spec))
+    base = spec[:base].rsplit("/", 1)[0] if base < len(spec) else spec.rstrip("/")
+    below = url[len(base):] if url.startswith(base) else url.rsplit("/", 1)[-1]
+    return any(part.startswith(_IGNORED_PREFIXES) for part in below.split("/") if part)
