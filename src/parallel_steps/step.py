@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -216,7 +217,10 @@ class _StepRun:
             for record in index.with_code_key(self.code, exclude=self.run_id)[:_REUSE_SOURCES]:
                 ledger = Ledger.open_readonly(Path(record["run_dir"]) / "ledger.sqlite")
                 if ledger:
-                    sources.append((record["run_id"], ledger.results_by_fingerprint()))
+                    try:
+                        sources.append((record["run_id"], ledger.results_by_fingerprint()))
+                    except sqlite3.Error:  # written by another layout of the ledger: not a source
+                        pass
                     ledger.close()
         return sources
 

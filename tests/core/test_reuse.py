@@ -226,3 +226,22 @@ def _committed_names(run_dir: Path) -> list[str]:
         return [Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")]
     finally:
         db.close()
+
+
+def test_an_earlier_ledger_of_another_layout_is_skipped_not_fatal(tmp_path, make_files, write_script):
+    """A run root kept across an upgrade: an earlier run's ledger with other columns is not a source."""
+    import sqlite3
+
+    make_files(4)
+    write_script("def run(mini_batch):\n    return mini_batch\n")
+    config = ParallelRunConfig(entry_script="score.py", inputs=["data"], mini_batch_size=2, output="out")
+    first = run_step(config)
+    db = sqlite3.connect(Path(first["run_dir"]) / "ledger.sqlite")
+    db.execute("ALTER TABLE mini_batches DROP COLUMN part_offset")
+    db.commit()
+    db.close()
+
+    second = run_step(config)
+
+    assert second["status"] == "Succeeded" and second["mini_batches_run"] == 2
+    assert output_lines(second) == [f"data/f{i:04d}.txt" for i in range(4)]
