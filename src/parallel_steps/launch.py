@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, InputError, ParallelStepsError, StepFailed, first_line
-from .pool.ray_env import agree_on_token_auth
+from .pool.ray_env import NODE_INDEX_LABEL, agree_on_token_auth
 
-NODE_INDEX_LABEL = "parallel-steps/node-index"  # the same label pool/ray.py orders nodes by
 _PROBE_EVERY_S = 1.0
 _HEAD_GONE_PROBES = 5        # consecutive failed probes of the head before a worker node stops
 _JOIN_ATTEMPTS = 3           # `ray start` runs a worker node may need (the head can be slow to answer)
@@ -64,12 +63,9 @@ def main(argv: list[str]) -> int:
         if topology.is_main:
             return _MainNode(args, topology, script_args).run()
         return _WorkerNode(args, topology).run()
-    except (ConfigError, InputError) as exc:
-        print(f"parallel-steps node: {first_line(exc)}", file=sys.stderr)
-        return 2
     except ParallelStepsError as exc:
         print(f"parallel-steps node: {first_line(exc)}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, (ConfigError, InputError)) else 1
 
 
 def _parser() -> argparse.ArgumentParser:

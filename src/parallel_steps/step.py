@@ -72,7 +72,9 @@ def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -
 
 def _code_key(config: ParallelRunConfig, script: Path | None, entry_callables: bytes | None,
               side_inputs: dict[str, str]) -> str:
-    skip = [config.resolved_run_root()] + ([Path(config.output)] if config.output and not is_url(config.output) else [])
+    skip = [config.resolved_run_root()]
+    if config.output and not is_url(config.output):
+        skip.append(Path(config.output))
     return code_key(config, script, entry_callables, side_inputs, skip=skip)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import ConfigError
-from parallel_steps.pool.ray import SIDE_INPUTS_DIR
+from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 from parallel_steps.step import run_step
 from support import (NODE_ARGS, folders, make_inputs, markers, outcomes_by_mini_batch, output_lines, processed,
                      write_entry_script)

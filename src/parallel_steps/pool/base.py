@@ -171,5 +171,16 @@ class PoolSettings:
         }
 
 
+def tree_rss(pid: int) -> int:
+    """Resident memory of a worker and every process it started (0 when it is gone)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
 def node_id_of(node_index: int) -> str:
     return f"node{node_index}"

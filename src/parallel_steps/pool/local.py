@@ -35,9 +35,9 @@ import psutil
 from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import is_url
 from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
-from ..worker.runtime import SIDE_INPUTS_DIR
+from ..worker.runtime import side_inputs_root
 from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
-                   WorkerInfo, WorkerPool, node_id_of)
+                   WorkerInfo, WorkerPool, node_id_of, tree_rss)
 from .local_worker import Marker
 
 _DUMP_GRACE_S = 1.0   # time a hung worker gets to write its stacks before SIGKILL
@@ -119,7 +119,7 @@ class LocalWorkerPool(WorkerPool):
         gpu = gpus.pop(0) if gpus else None
         spec = self.settings.make_spec(node, node_id, process_name)
         if any(is_url(path) for path in spec.side_inputs.values()):
-            self._side_input_copies = SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
+            self._side_input_copies = side_inputs_root(spec)
         env = {**os.environ, **self.settings.worker_environment(node, process_name, gpu)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         parent_end, child_end = Pipe(duplex=True)
@@ -298,7 +298,7 @@ class LocalWorkerPool(WorkerPool):
         for handle in self._handles.values():
             if not handle.queue or handle.kill_reason:
                 continue
-            rss = handle.last_rss = _tree_rss(handle.process.pid)
+            rss = handle.last_rss = tree_rss(handle.process.pid)
             if limit and rss > limit:
                 handle.kill_reason = "out_of_memory"
                 handle.kill_detail = (f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit "
@@ -372,14 +372,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _tree_rss(pid: int) -> int:
-    try:
-        process = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
-    except psutil.Error:
-        return 0
 
 
 def _oom_hint(handle: _Handle, exit_code: int | None) -> str:

@@ -39,13 +39,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..errors import ConfigError
 from ..inputs.minibatch import MiniBatch
 from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
-from ..worker.runtime import SIDE_INPUTS_DIR, InitError, WorkerRuntime, WorkerSpec, localize_side_inputs
+from ..worker.runtime import InitError, WorkerRuntime, WorkerSpec, localize_side_inputs, side_inputs_root
 from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
-                   WorkerInfo, WorkerPool, node_id_of)
+                   WorkerInfo, WorkerPool, node_id_of, tree_rss)
+from .ray_env import NODE_INDEX_LABEL
 
-#: The Ray node label `parallel-steps node` sets; nodes carrying it are numbered by it.
-NODE_INDEX_LABEL = "parallel-steps/node-index"
-#: Where each node keeps its copies of side inputs (one per run and side input).
 
 _DUMP_GRACE_S = 2.0       # a timed-out actor dumps its stacks, then is killed this long after its deadline
 _DUMP_DELAY_S = 0.5       # the actor's own stack dump fires this long after its deadline (after the header)
@@ -141,15 +139,10 @@ class ParallelStepsWorker:
 
     def _watch_memory(self) -> None:
         """Tell the pool once run() goes above worker_memory_limit; the pool kills the actor."""
-        import psutil
-
-        process, told = psutil.Process(), None
+        told = None
         while True:
             time.sleep(_MEMORY_CHECK_S)
-            try:
-                rss = sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
-            except psutil.Error:
-                continue
+            rss = tree_rss(os.getpid())
             current = self._current
             if current is not None and current != told and rss > self._memory_limit:
                 self._post("out_of_memory", rss)
@@ -203,9 +196,9 @@ def _flush() -> None:
 # Side inputs --------------------------------------------------------------------------------------
 
 
-def _remove_side_inputs(run_id: str) -> None:
+def _remove_side_inputs(folder: Path) -> None:
     """Runs on each node when the run ends: its copies, locks and any partial copy go."""
-    shutil.rmtree(SIDE_INPUTS_DIR / run_id, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 # The driver side ----------------------------------------------------------------------------------
@@ -278,7 +271,7 @@ class RayWorkerPool(WorkerPool):
         self._mailbox = None
         self._owns_ray = False
         self._started_local = False
-        self._side_inputs_run: str | None = None     # run id whose side inputs were copied to nodes
+        self._side_inputs_root: Path | None = None   # where nodes copied this run's side inputs
         self._saved_auth_mode: str | None = None
         self._actor_class = None
         self._here: set[str] = set()             # addresses of this machine's Ray nodes (resource monitor)
@@ -352,7 +345,7 @@ class RayWorkerPool(WorkerPool):
         node.gpus_free -= gpu
         spec = self.settings.make_spec(node_index, node_id, process_name)
         if spec.side_inputs:
-            self._side_inputs_run = Path(spec.parts_dir).parent.name
+            self._side_inputs_root = side_inputs_root(spec)
         environment = self.settings.worker_environment(node_index, process_name, None)
         if gpu:
             del environment["CUDA_VISIBLE_DEVICES"]  # Ray sets it to the GPU it reserved
@@ -464,14 +457,14 @@ class RayWorkerPool(WorkerPool):
                 return
 
     def _started(self, handle: _Handle, value: tuple[Any, ...]) -> None:
+        """("ready", pid, gpu) or ("init_failed", error, pid, gpu) from the actor's start()."""
+        pid, gpu = value[-2:]
+        handle.info = dataclasses.replace(handle.info, pid=pid, gpu=gpu)
         if value[0] == "ready":
-            _, pid, gpu = value
-            handle.info = dataclasses.replace(handle.info, pid=pid, gpu=gpu)
             handle.state = "ready"
             self._events.append(Ready(handle.info))
             return
-        _, error, pid, gpu = value
-        handle.info = dataclasses.replace(handle.info, pid=pid, gpu=gpu)
+        error = value[1]
         self._kill(handle)
         self._forget(handle)
         self._events.append(InitFailed(handle.info, error))
@@ -619,11 +612,11 @@ class RayWorkerPool(WorkerPool):
 
     def _clean_nodes(self) -> None:
         """Remove this run's side-input copies from every node that got some."""
-        if not self._side_inputs_run:
+        if not self._side_inputs_root:
             return
         remove = ray.remote(_remove_side_inputs)
         refs = [remove.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False))
-                .remote(self._side_inputs_run) for node in self._nodes.values() if not node.lost]
+                .remote(self._side_inputs_root) for node in self._nodes.values() if not node.lost]
         ray.wait(refs, num_returns=len(refs), timeout=_STOP_WAIT_S)
 
 

@@ -6,6 +6,10 @@ import os
 from pathlib import Path
 
 
+#: The Ray node label `parallel-steps node` sets; the Ray pool numbers nodes carrying it by it.
+NODE_INDEX_LABEL = "parallel-steps/node-index"
+
+
 def agree_on_token_auth() -> None:
     """Use Ray token authentication on every node when a token is provided, else on none.
 

@@ -124,14 +124,19 @@ def _timestamp_of_second(second: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
 
 
-def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:
-    """The last lines a worker wrote to stderr, as `: line | line`, for the message of its loss."""
+def _tail(path: Path, size: int) -> str:
+    """The last `size` bytes of a file as text; empty when it cannot be read."""
     try:
-        with open(paths.stderr, "rb") as file:
-            file.seek(max(0, file.seek(0, 2) - 4096))
-            tail = file.read().decode("utf-8", "replace").strip().splitlines()[-lines:]
+        with open(path, "rb") as file:
+            file.seek(max(0, file.seek(0, 2) - size))
+            return file.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:
+    """The last lines a worker wrote to stderr, as `: line | line`, for the message of its loss."""
+    tail = _tail(paths.stderr, 4096).strip().splitlines()[-lines:]
     return (": " + " | ".join(tail)) if tail else ""
 
 
@@ -139,13 +144,7 @@ def hang_summary(error_log: Path) -> str:
     """Where a hung worker was, from the faulthandler dump at the end of its error log: the frame of
     the entry script in the thread that ran it, and the innermost one, e.g.
     `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`."""
-    try:
-        with open(error_log, "rb") as file:
-            file.seek(max(0, file.seek(0, 2) - 65536))
-            text = file.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    dump = text.rsplit("stacks of every thread:", 1)[-1]
+    dump = _tail(error_log, 65536).rsplit("stacks of every thread:", 1)[-1]
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
         frames = [(os.path.basename(p), line, name)
                   for p, line, name in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)]

@@ -229,11 +229,16 @@ def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
     sources = {name: path for name, path in spec.side_inputs.items() if copy_paths or is_url(path)}
     if not sources:
         return spec
-    root = SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
+    root = side_inputs_root(spec)
     local = {name: copy_once(source, root / name) for name, source in sources.items()}
     moves = sorted(((sources[name], path) for name, path in local.items()), key=lambda m: -len(m[0]))
     return dataclasses.replace(spec, side_inputs={**spec.side_inputs, **local},
                                arguments=[_repoint(arg, moves) for arg in spec.arguments])
+
+
+def side_inputs_root(spec: WorkerSpec) -> Path:
+    """This run's folder of side-input copies on a machine (the run folder holds `parts_dir`)."""
+    return SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
 
 
 def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
