@@ -1,7 +1,8 @@
 """The driver (the main role): hands out mini-batches, retries, applies thresholds, commits results.
 
-It reads pending mini-batches from the ledger, gives one to each idle worker,
-and turns pool events into ledger rows, log lines and counters. It knows
+It takes pending mini-batches in plan order (as the plan streams in, or from
+the ledger on a resume), keeps each worker's short queue filled, and turns pool
+events into ledger rows, log lines and counters. It knows
 neither processes nor Ray: everything it does goes through a `WorkerPool`.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +71,7 @@ class Counters:
     attempts_retried: int = 0
     workers_started: int = 0
     init_failures: int = 0
+    planning: bool = False  # the plan is still being written: mini_batches_total will grow
 
     @property
     def done(self) -> int:
@@ -100,7 +103,7 @@ def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | Non
         return (f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
                 f"{counters.mini_batches_failed} mini-batches failed")
     total = max(1, counters.mini_batches_total)
-    if 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
+    if not counters.planning and 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
         return (f"allowed_failed_percent {config.allowed_failed_percent:g} exceeded: "
                 f"{counters.mini_batches_failed} of {counters.mini_batches_total} mini-batches failed")
     finished = counters.done - counters.mini_batches_reused
@@ -114,8 +117,8 @@ def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | Non
 class Driver:
     """Runs the pending mini-batches of one run to an outcome."""
 
-    def __init__(self, config: ParallelRunConfig, ledger: Ledger, logs: RunLogs, logger: logging.Logger,
-                 pool: WorkerPool, counters: Counters, on_progress: ProgressCallback | None = None,
+    def __init__(self, config: ParallelRunConfig, ledger: Ledger, pending: Iterator[MiniBatch], logs: RunLogs,
+                 logger: logging.Logger, pool: WorkerPool, counters: Counters, on_progress: ProgressCallback | None = None,
                  on_event: EventCallback | None = None, cancel: threading.Event | None = None,
                  run_dir: Path | None = None):
         self.config = config
@@ -132,13 +135,14 @@ class Driver:
         self.policy = RetryPolicy(config.fault_tolerant_policy, config.run_max_try, config.retryable_errors,
                                   config.retryable_exit_codes)
         self.errors: dict[str, _ErrorGroup] = {}
-        self._pending: Iterator[MiniBatch] = ledger.pending()
+        self._pending = pending  # in plan order, each already in the ledger
         self._pending_done = False
         self._lookahead: MiniBatch | None = None
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
         self._ready: dict[str, WorkerInfo] = {}
         self._queued: dict[str, collections.deque[_Attempt]] = {}  # per ready worker, in run order
-        self._mean_duration: float | None = None
+        self._log_duration: float | None = None  # moving average of log(duration): a worker descheduled
+                                                 # for a few ms in one mini-batch barely moves it
         self._starting: dict[str, float] = {}  # "<node>/<slot>" -> when its worker was started
         self._init_failures_by_node: collections.Counter[int] = collections.Counter()
         self._stopped_nodes: set[int] = set()
@@ -155,18 +159,15 @@ class Driver:
 
     def run(self) -> tuple[str, str]:
         """Run until every mini-batch has an outcome; returns (status, status_reason)."""
-        self.emit("job_started", mini_batches=self.counters.mini_batches_total)
+        self.emit("job_started", mini_batches=None if self.counters.planning else self.counters.mini_batches_total)
         try:
             self._check_thresholds()  # items that failed in reused mini-batches count too
             self._expect_workers()
             while self._has_work():
                 self._check_canceled()
                 self._dispatch()
-                event = self.pool.next_event(_COMMIT_EVERY_S if self._dirty else _TICK_S)
-                while event is not None:
+                for event in self.pool.next_events(_COMMIT_EVERY_S if self._dirty else _TICK_S):
                     self._handle(event)
-                    self._dispatch()
-                    event = self.pool.next_event(0)
                 self._commit(force=False)
                 self._check_job_health()
                 self._report_progress()
@@ -208,6 +209,8 @@ class Driver:
         if self._lookahead is None and not self._pending_done:
             self._lookahead = next(self._pending, None)
             self._pending_done = self._lookahead is None
+            if self._pending_done:
+                self._check_thresholds()  # the plan is complete: allowed_failed_percent can be judged
         return self._lookahead is not None
 
     def _next_mini_batch(self) -> tuple[MiniBatch, int] | None:
@@ -222,12 +225,12 @@ class Driver:
         """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
         the rest), about 20 ms of work when they are short, so that a worker never runs dry
         while the driver commits or refills (a commit takes milliseconds)."""
-        mean = self._mean_duration
-        if mean is None:
+        if self._log_duration is None:
             return 2
-        if mean >= 0.05:
+        typical = math.exp(self._log_duration)
+        if typical >= 0.05:
             return 1
-        return max(2, min(256, int(0.02 / max(mean, 1e-6)) + 1))
+        return max(2, min(1024, int(0.02 / typical) + 1))
 
     def _dispatch(self) -> None:
         depth = self._queue_depth()
@@ -279,7 +282,8 @@ class Driver:
         outcome = event.outcome
         items = outcome.items if outcome.items is not None else current.items
         current.started, duration = outcome.started, outcome.duration
-        self._mean_duration = duration if self._mean_duration is None else 0.9 * self._mean_duration + 0.1 * duration
+        sample = math.log(max(duration, 1e-6))
+        self._log_duration = sample if self._log_duration is None else 0.9 * self._log_duration + 0.1 * sample
         if outcome.ok:
             self._succeeded(event.worker, current, items, outcome, duration)
         else:
@@ -465,7 +469,8 @@ class Driver:
                     mini_batches_failed=counters.mini_batches_failed, mini_batches_reused=counters.mini_batches_reused,
                     items_succeeded=counters.items_succeeded, items_failed=counters.items_failed,
                     attempts_retried=counters.attempts_retried, elapsed_s=round(elapsed, 3),
-                    rate_per_s=round(rate, 3), eta_s=round(remaining / rate, 1) if rate > 0 else None,
+                    rate_per_s=round(rate, 3),
+                    eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
                     workers_busy=sum(1 for q in self._queued.values() if q),
                     workers_idle=sum(1 for q in self._queued.values() if not q))
 

@@ -1,27 +1,31 @@
 """The step API: `run_step(config)` and `ParallelRunStep`, the one entry every integration calls.
 
 A run goes: check everything that can be checked (nothing is written on a user
-error) -> plan into the run's ledger, taking finished results from earlier runs
--> reuse the whole step, or run the rest on a worker pool -> assemble the output
--> write the summary. Integrations only map their engine onto this.
+error) -> wait for a run of the same step on the same inputs to end -> plan into
+the run's ledger, taking finished results from earlier runs, then reuse the whole
+step or run the rest on a worker pool; with nothing to reuse, the plan streams
+into the running workers instead -> assemble the output -> write the summary.
+Integrations only map their engine onto this.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import itertools
+import json
 import os
 import re
 import shutil
-import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .config import ParallelRunConfig, dump_json
 from .driver import Counters, Driver, EventCallback, ProgressCallback, threshold_breach
 from .errors import ConfigError, InputError, StepFailed
+from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner, iter_files
 from .inputs.storage import is_url, upload
 from .monitor import ResourceMonitor
@@ -36,7 +40,7 @@ from .worker.runtime import WorkerSpec
 
 _SIDE_INPUT_REF = re.compile(r"\$\{side_inputs\.([A-Za-z0-9_.-]+)\}")
 _REUSE_SOURCES = 5        # earlier runs whose finished mini-batches a run looks up
-_PLAN_CHUNK = 1000
+_PLAN_CHUNK = 100       # mini-batches planned at a time: a few milliseconds of the driver
 
 
 def run_step(config: ParallelRunConfig, *, run_dir: str | os.PathLike | None = None, run_id: str | None = None,
@@ -128,6 +132,8 @@ class _StepRun:
         self.requested_id = run_id
         self.counters = Counters()
         self.restarts: list[dict[str, str]] = []
+        self.notes: list[str] = []  # the planner's advice, logged with the plan
+        self.created_output = False  # this run made the output folder (removed again on a user error)
         self.started_at = time.time()
 
     # The phases ----------------------------------------------------------------------------
@@ -152,19 +158,26 @@ class _StepRun:
     def _plan_and_run(self, index: RunIndex) -> dict[str, Any]:
         with contextlib.ExitStack() as stack:
             workers = stack.enter_context(contextlib.ExitStack())  # closed before the output is assembled
+            stack.enter_context(key_lock(self.run_root, self._lock_key(), self.config.first_task_creation_timeout))
             self.pool = None
-            if not self.resumed and not (self.config.allow_reuse and index.with_code_key(self.code, self.run_id)):
-                # Nothing can be reused: let the workers start while the plan is written.
+            if self.resumed or (self.config.allow_reuse and index.with_code_key(self.code, self.run_id)):
+                key = self._plan(index)  # whole: whole-step reuse needs every fingerprint
+                if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+                    return summary
+                self.pending = self.ledger.pending()
+            else:
+                # Nothing to reuse: the workers start, and run the plan while it is being written.
                 self.pool = workers.enter_context(self._pool())
-            lock_key, key = self._plan(index)
-            if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
-                return summary
-            stack.enter_context(key_lock(self.run_root, lock_key, self.config.first_task_creation_timeout))
-            if key is None and self.config.allow_reuse and index.with_code_key(self.code, self.run_id):
-                lock_key, key = self._plan(index)  # a run with this code ended while this one waited: reuse it
-            if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
-                return summary
-            return self._run(index, key, workers)
+                self.counters.planning = True
+                self.pending = self._stream_plan()
+            return self._run(index, workers)
+
+    def _lock_key(self) -> str:
+        """What a second run of this step on the same inputs waits for: the code key and the inputs
+        as named (not as listed: the listing is written while the run goes)."""
+        inputs = [dict(dataset.model_dump(), path=[p if is_url(p) else os.path.abspath(p) for p in dataset.path])
+                  for dataset in self.config.inputs]
+        return step_key(self.code, [json.dumps(inputs, sort_keys=True, default=str)])
 
     def _open_run_dir(self) -> None:
         self.run_dir = self.requested_dir or self.run_root / (self.requested_id or new_run_id(self.config.name))
@@ -186,31 +199,38 @@ class _StepRun:
         self.logs = RunLogs(self.run_dir)
         _drop_stale_cancel(self.run_dir, self.started_at)
 
-    def _plan(self, index: RunIndex) -> tuple[str, str | None]:
-        """Write the plan into the ledger, taking finished results from this run and earlier ones.
-
-        Returns the lock key (the code and what each mini-batch names) and the step key (the code
-        and every input fingerprint), which is None when nothing can be reused and the workers
-        fingerprint the files they read.
-        """
+    def _plan(self, index: RunIndex) -> str | None:
+        """Write the whole plan into the ledger, taking finished results from this run and earlier
+        ones; returns the step key (the code and every input fingerprint), None when the files are
+        left for the workers to fingerprint (there was nothing to compare them with)."""
         sources = self._reuse_sources(index)
         self.counters = Counters()
-        planner = Planner(self.config.inputs, self.config.batch_size, self.config.partition_keys,
-                          self.config.reuse_fingerprint, defer_files=not sources)
-        fingerprints, names, rows = [], hashlib.sha256(), []
+        planner = self._planner(defer_files=not sources)
         self.ledger.clear_plan()
-        for mini_batch in planner.mini_batches():
-            fingerprints.append(mini_batch.fingerprint)
-            names.update(repr((mini_batch.paths, mini_batch.start, mini_batch.row_groups, mini_batch.keys)).encode())
-            rows.append((mini_batch, self._reusable(mini_batch, sources) if sources else None))
-            if len(rows) == _PLAN_CHUNK:
-                self._add(rows)
-                rows = []
-        self._add(rows)
+        mini_batches = planner.mini_batches()
+        while chunk := list(itertools.islice(mini_batches, _PLAN_CHUNK)):
+            self._add([(mini_batch, self._reusable(mini_batch, sources)) for mini_batch in chunk])
         self.ledger.commit()
         self.notes = planner.notes
-        complete = all(fingerprints)
-        return step_key(self.code, [names.hexdigest()]), step_key(self.code, fingerprints) if complete else None
+        fingerprints = self.ledger.fingerprints()
+        return step_key(self.code, fingerprints) if all(fingerprints) else None
+
+    def _stream_plan(self) -> Iterator[MiniBatch]:
+        """The plan, written into the ledger a chunk at a time as the driver takes it, so the first
+        mini-batches run while the rest is listed. Files are fingerprinted by the workers that read them."""
+        planner = self._planner(defer_files=True)
+        mini_batches = planner.mini_batches()
+        while chunk := list(itertools.islice(mini_batches, _PLAN_CHUNK)):
+            self._add([(mini_batch, None) for mini_batch in chunk], descriptors=False)
+            yield from chunk
+        self.counters.planning = False
+        self.notes = planner.notes
+        self._log_plan()
+
+    def _planner(self, defer_files: bool) -> Planner:
+        config = self.config
+        return Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint,
+                       defer_files=defer_files)
 
     def _reuse_sources(self, index: RunIndex) -> list[tuple[str, dict[str, dict[str, Any]]]]:
         """(run id, results by fingerprint): this run's own (a resume), then earlier runs' when allowed."""
@@ -219,10 +239,7 @@ class _StepRun:
             for record in index.with_code_key(self.code, exclude=self.run_id)[:_REUSE_SOURCES]:
                 ledger = Ledger.open_readonly(Path(record["run_dir"]) / "ledger.sqlite")
                 if ledger:
-                    try:
-                        sources.append((record["run_id"], ledger.results_by_fingerprint()))
-                    except sqlite3.Error:  # written by another layout of the ledger: not a source
-                        pass
+                    sources.append((record["run_id"], ledger.results_by_fingerprint()))
                     ledger.close()
         return sources
 
@@ -245,8 +262,8 @@ class _StepRun:
             link_or_copy(Path(path), own)
         return str(own)
 
-    def _add(self, rows) -> None:
-        self.ledger.add(rows)
+    def _add(self, rows, descriptors: bool = True) -> None:
+        self.ledger.add(rows, descriptors)
         for mini_batch, reuse in rows:
             self.counters.mini_batches_total += 1
             if reuse:
@@ -261,6 +278,9 @@ class _StepRun:
         self.ledger.close()
         if self.created_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.created_output:  # a user error found while the plan streamed
+            with contextlib.suppress(OSError):
+                self.output_dir.rmdir()  # only if nothing was written there
 
     def _keep_reused(self, summary: dict[str, Any]) -> None:
         """A run folder the caller chose (a task instance's) keeps the restored output and the summary."""
@@ -297,11 +317,13 @@ class _StepRun:
                     started_at=timestamp(self.started_at), ended_at=timestamp(),
                     elapsed_s=round(time.time() - self.started_at, 3), config=dump_json(self.config))
 
-    def _run(self, index: RunIndex, key: str | None, workers: contextlib.ExitStack) -> dict[str, Any]:
-        index.register(self.run_id, self.config.name, self.run_dir, "Running", self.code, key)
+    def _run(self, index: RunIndex, workers: contextlib.ExitStack) -> dict[str, Any]:
+        index.register(self.run_id, self.config.name, self.run_dir, "Running", self.code)
         logs = self.logs
-        log = logs.master_logger(self.run_id)
-        self._log_start(log)
+        log = self.log = logs.master_logger(self.run_id)
+        log.info("run %s of step %s in %s", self.run_id, self.config.name, self.run_dir)
+        if not self.counters.planning:
+            self._log_plan()
         write_summary(self.run_dir, dict(self._summary("Running", "running", logs), pid=os.getpid(),
                                          host=os.uname().nodename))
         while True:
@@ -325,13 +347,13 @@ class _StepRun:
                 if len(self.restarts) >= self.config.max_job_restarts:
                     status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
                     break
-                self._restart(log, exc)
+                self._restart(log, exc, index)
         summary = self._summary(status, reason, logs)
         self._finish(index, logs, log, summary)
         return summary
 
-    def _restart(self, log, exc: Exception) -> None:
-        """Resume after a system error: what the ledger committed stands, the rest runs again."""
+    def _restart(self, log, exc: Exception, index: RunIndex) -> None:
+        """Resume after a system error: what the ledger committed stands, the rest is planned and runs again."""
         reason = f"{type(exc).__name__}: {exc}"
         self.restarts.append(dict(time=timestamp(), reason=reason))
         log.warning("restart %d of %d after a system error: %s", len(self.restarts), self.config.max_job_restarts,
@@ -339,18 +361,21 @@ class _StepRun:
         if self.on_event:
             self.on_event({"type": "restart", "time": time.time(), "restart": len(self.restarts), "reason": reason})
         self.ledger.rollback()
-        for name, value in self.ledger.totals().items():
-            setattr(self.counters, name, value)
+        self.resumed = True
+        self._plan(index)
+        self._log_plan()
+        self.pending = self.ledger.pending()
 
     def _drive(self, logs: RunLogs, log, workers: contextlib.ExitStack) -> tuple[str, str]:
-        if self.counters.done == self.counters.mini_batches_total:
+        if not self.counters.planning and self.counters.done == self.counters.mini_batches_total:
             log.info("every mini-batch was reused; no worker started")
             breach = threshold_breach(self.config, self.counters)
             return ("Failed", breach) if breach else ("Succeeded", "every mini-batch was reused from earlier runs")
+        self.created_output = not self.output_dir.exists()
         self.output_dir.mkdir(parents=True, exist_ok=True)
         pool = self.pool or workers.enter_context(self._pool())
         with self._monitor(logs, pool):
-            self.driver = Driver(self.config, self.ledger, logs, log, pool, self.counters,
+            self.driver = Driver(self.config, self.ledger, self.pending, logs, log, pool, self.counters,
                                  self.on_progress, self.on_event, self.cancel, self.run_dir)
             status, reason = self.driver.run()
         workers.close()  # workers stop (and run shutdown()) before the output is assembled
@@ -394,13 +419,12 @@ class _StepRun:
 
     # Records ----------------------------------------------------------------------------------
 
-    def _log_start(self, log) -> None:
+    def _log_plan(self) -> None:
         counters = self.counters
-        log.info("run %s of step %s in %s", self.run_id, self.config.name, self.run_dir)
-        log.info("%d mini-batches planned; %d reused%s", counters.mini_batches_total, counters.mini_batches_reused,
-                 " (resumed)" if self.resumed else "")
-        for note in getattr(self, "notes", []):
-            log.warning("plan: %s", note)
+        self.log.info("%d mini-batches planned; %d reused%s", counters.mini_batches_total,
+                      counters.mini_batches_reused, " (resumed)" if self.resumed else "")
+        for note in self.notes:
+            self.log.warning("plan: %s", note)
 
     def _summary(self, status: str, reason: str, logs: RunLogs) -> dict[str, Any]:
         counters, ended = self.counters, time.time()

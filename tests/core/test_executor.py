@@ -135,6 +135,24 @@ BAD = set(open("bad.txt").read().split())
         with pytest.raises(StepFailed, match="allowed_failed_percent 10 exceeded: 2 of 10"):
             run_step(step(mini_batch_size=1, run_max_try=1, allowed_failed_percent=10, allow_reuse=False))
 
+    def test_allowed_failed_percent_is_judged_on_the_whole_plan_while_it_streams(self, tmp_path, make_files,
+                                                                              write_script):
+        """The first mini-batches run while the rest is still being planned: a failure among them is
+        a share of every mini-batch, not of those planned so far."""
+        from parallel_steps import step as step_module
+
+        assert step_module._PLAN_CHUNK < 150, "the plan must still be streaming when the first failures come"
+        make_files(150)
+        write_script(self.SCRIPT.replace("    return [", "    time.sleep(0.02)\n    return [")
+                     .replace("def run", "import time\ndef run", 1))
+        (tmp_path / "bad.txt").write_text("0")
+        config = step(mini_batch_size=1, run_max_try=1, allowed_failed_percent=0.8, allow_reuse=False)
+        summary = run_step(config)  # 1 of 150 is 0.67 %; 1 of the first 100 planned would be 1 %
+        assert (summary["status"], summary["mini_batches_failed"]) == ("Succeeded", 1)
+        (tmp_path / "bad.txt").write_text("0 1")
+        with pytest.raises(StepFailed, match=r"allowed_failed_percent 0.8 exceeded: 2 of 150 mini-batches failed"):
+            run_step(config)
+
 
 class TestWorkers:
     def test_gpu_pinning_and_a_replacement_takes_the_freed_index(self, tmp_path, make_files, write_script, monkeypatch):

@@ -238,6 +238,7 @@ def test_an_earlier_ledger_of_another_layout_is_skipped_not_fatal(tmp_path, make
     first = run_step(config)
     db = sqlite3.connect(Path(first["run_dir"]) / "ledger.sqlite")
     db.execute("ALTER TABLE mini_batches DROP COLUMN part_offset")
+    db.execute("PRAGMA user_version=0")  # as the layout before versioning
     db.commit()
     db.close()
 

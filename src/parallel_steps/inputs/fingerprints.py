@@ -26,10 +26,7 @@ def file_identity(path: str, stat: os.stat_result | storage.RemoteStat | None, m
 
 def files_fingerprint(paths, stats, mode: str) -> str:
     """The fingerprint of a file mini-batch (the planner and the worker compute it the same way)."""
-    digest = hashlib.sha1()
-    for path, stat in zip(paths, stats):
-        digest.update(file_identity(path, stat, mode))
-    return digest.hexdigest()
+    return hashlib.sha1(b"".join([file_identity(path, stat, mode) for path, stat in zip(paths, stats)])).hexdigest()
 
 
 def content_hash(path: str) -> str:

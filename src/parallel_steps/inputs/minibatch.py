@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +40,7 @@ class MiniBatch:
         """A short human description: the files, or the file and the piece of it."""
         if self.kind == "files":
             first = self.paths[0]
-            return first if len(self.paths) == 1 else f"{first} .. {os.path.basename(self.paths[-1])} ({len(self.paths)} files)"
+            return first if len(self.paths) == 1 else f"{first} .. {self.paths[-1].rsplit('/', 1)[-1]} ({len(self.paths)} files)"
         if self.kind == "keys":
             return f"{dict(zip(self.read['key_columns'], self.keys))} in {len(self.paths)} file(s)"
         if self.row_groups is not None:

@@ -121,8 +121,8 @@ class WorkerPool(abc.ABC):
         """
 
     @abc.abstractmethod
-    def next_event(self, timeout: float) -> Event | None:
-        """The next event, or None after `timeout` seconds."""
+    def next_events(self, timeout: float) -> list[Event]:
+        """Every event that is in, waiting up to `timeout` seconds for the first; [] when none came."""
 
     @abc.abstractmethod
     def replace(self, worker: WorkerInfo) -> None:

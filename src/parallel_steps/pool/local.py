@@ -2,7 +2,7 @@
 
     driver ──submit──▶ LocalWorkerPool ──(duplex pipe per worker)──▶ worker process
        ▲                   │  polls: every pipe, every pidfd sentinel,
-       └── next_event ◀────┘  a wakeup pipe; timeout = the nearest deadline
+       └── next_events ◀───┘  a wakeup pipe; timeout = the nearest deadline
 
 One owner, one loop, no locks: only the pool holds the worker handles. A worker
 runs the mini-batches it was given in order, one at a time; a short queue lets
@@ -58,7 +58,7 @@ class _Handle:
     logs: WorkerLogPaths
     marker: Marker | None = None
     state: str = "starting"            # starting | ready | stopping | gone
-    queue: collections.deque = field(default_factory=collections.deque)  # (mini-batch, attempt, timeout)
+    queue: dict[int, tuple[MiniBatch, int, float | None]] = field(default_factory=dict)  # by index, in order
     outbox: list = field(default_factory=list)
     extended: tuple[int, float] | None = None  # (mini-batch index, deadline) set by EntryScript.hang_timeout
     kill_at: float | None = None
@@ -69,22 +69,18 @@ class _Handle:
     def running(self) -> tuple[MiniBatch, float | None] | None:
         """The mini-batch it runs now and its deadline (None: no limit), from its marker."""
         index, since = self.marker.get()
-        if index < 0:
+        entry = self.queue.get(index)
+        if entry is None:
             return None
-        for mini_batch, _, timeout in self.queue:
-            if mini_batch.index == index:
-                if self.extended and self.extended[0] == index:
-                    return mini_batch, self.extended[1]
-                return mini_batch, since + timeout if timeout else None
-        return None
+        mini_batch, _, timeout = entry
+        if self.extended and self.extended[0] == index:
+            return mini_batch, self.extended[1]
+        return mini_batch, since + timeout if timeout else None
 
     def take(self, index: int) -> tuple[MiniBatch, int] | None:
-        """Remove the queue entry of mini-batch `index` (normally the head)."""
-        for position, (mini_batch, attempt, _) in enumerate(self.queue):
-            if mini_batch.index == index:
-                del self.queue[position]
-                return mini_batch, attempt
-        return None
+        """Remove the queue entry of mini-batch `index`."""
+        entry = self.queue.pop(index, None)
+        return entry[:2] if entry else None
 
 
 class LocalWorkerPool(WorkerPool):
@@ -166,20 +162,19 @@ class LocalWorkerPool(WorkerPool):
             return  # it died after the driver last looked; its Lost event sends this one elsewhere
         if handle.state != "ready":
             raise RuntimeError(f"worker {worker.id} is {handle.state}, not ready")
-        handle.queue.append((mini_batch, attempt, timeout))
+        handle.queue[mini_batch.index] = (mini_batch, attempt, timeout)
         handle.outbox.append((mini_batch, attempt))
 
     def wakeup(self) -> None:
-        """Make a waiting `next_event` return (safe from signal handlers and other threads)."""
+        """Make a waiting `next_events` return (safe from signal handlers and other threads)."""
         os.write(self._wakeup_w, b"x")
 
-    def next_event(self, timeout: float) -> Event | None:
-        if not self._events:
-            self._gather(0)
-        if not self._events:
-            self._flush()  # submissions go out only before a wait, batched per worker
-            self._gather(timeout)
-        return self._events.popleft() if self._events else None
+    def next_events(self, timeout: float) -> list[Event]:
+        self._flush()  # what was submitted since the last look goes out, one message per worker
+        self._gather(0 if self._events else timeout)
+        events = list(self._events)
+        self._events.clear()
+        return events
 
     def _gather(self, timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -256,7 +251,7 @@ class LocalWorkerPool(WorkerPool):
 
     def _set_hang_timeout(self, handle: _Handle, seconds: float | None) -> None:
         index, _ = handle.marker.get()
-        entry = next((e for e in handle.queue if e[0].index == index), None)
+        entry = handle.queue.get(index)
         if entry is None:
             return
         if seconds is not None and seconds < 0:
@@ -274,7 +269,7 @@ class LocalWorkerPool(WorkerPool):
             elif handle.queue and not handle.kill_reason and (running := handle.running()):
                 mini_batch, deadline = running
                 if deadline is not None and now >= deadline:
-                    limit = next(t for mb, _, t in handle.queue if mb is mini_batch)
+                    limit = handle.queue[mini_batch.index][2]
                     self._dump_and_kill(handle, "timed_out", f"run() exceeded {limit:g} s on mini-batch {mini_batch.index}")
         if now >= self._next_memory_check:
             self._next_memory_check = now + _MEMORY_CHECK_S

@@ -125,7 +125,8 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
     inbox.register(conn.fileno(), select.POLLIN)
     while True:
         try:
-            while not queue or inbox.poll(0):  # block only when there is nothing to run
+            # Block only when there is nothing to run; else look for messages between batches of results.
+            while not queue or (not results.items and inbox.poll(0)):
                 if not queue:
                     results.send()
                 message = conn.recv()

@@ -2,7 +2,7 @@
 
     driver ──submit──▶ RayWorkerPool ──actor.run.remote()──▶ ParallelStepsWorker actor on Ray node N
        ▲                   │  ray.wait on: every in-flight start/run ref and one mailbox ref;
-       └── next_event ◀────┘  timeout = the nearest deadline
+       └── next_events ◀───┘  timeout = the nearest deadline
 
 Ray owns the transport, node membership and GPU assignment; this module keeps the
 contract of the local pool: one mini-batch per worker, so an actor's death (a
@@ -389,7 +389,7 @@ class RayWorkerPool(WorkerPool):
         if len(handle.queue) == 1:
             handle.start_head(time.monotonic())
 
-    def next_event(self, timeout: float) -> Event | None:
+    def next_events(self, timeout: float) -> list[Event]:
         end = time.monotonic() + timeout
         while not self._events:
             now = time.monotonic()
@@ -399,8 +399,10 @@ class RayWorkerPool(WorkerPool):
                 break
             self._poll(max(0.0, min(end, self._next_wakeup(now)) - now))
             if not self._events and time.monotonic() >= end:
-                return None
-        return self._events.popleft()
+                return []
+        events = list(self._events)
+        self._events.clear()
+        return events
 
     def _next_wakeup(self, now: float) -> float:
         times = [now + 3600]

@@ -4,6 +4,7 @@ The driver is its only writer, and what it trusts after a crash: a mini-batch is
 done exactly when its row says `succeeded` and names a part file. Writes are
 committed in batches (every tenth of a second or so), so a killed driver loses at
 most the results of its last moment: they run again when the run resumes.
+A resume plans again, so rows are only ever added by the run that owns them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ CREATE TABLE IF NOT EXISTS mini_batches (
     source TEXT NOT NULL,
     items INTEGER,
     nbytes INTEGER,
-    descriptor BLOB NOT NULL,
+    descriptor BLOB,                         -- the pickled MiniBatch, when pending() is to read it
     state TEXT NOT NULL DEFAULT 'pending',   -- pending | succeeded | failed
     attempts INTEGER NOT NULL DEFAULT 0,
     part TEXT,                               -- spool file, offset and length of the successful
@@ -53,6 +54,8 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 );
 """
 
+_LAYOUT = 1  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
+
 _SUCCEED = ("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
             " items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
             " fingerprint=coalesce(?, fingerprint) WHERE idx=?")
@@ -68,15 +71,26 @@ class Ledger:
         if not readonly:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            if self.layout() != _LAYOUT:  # written by another version: nothing in it can be resumed
+                self._db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS mini_batches;"
+                                       f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};")
             self._db.executescript(_SCHEMA)
         self._successes: list[tuple] = []  # written by commit(), many rows per statement
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
+        """The ledger of another run, or None when there is none of this layout."""
         try:
-            return cls(path, readonly=True) if Path(path).exists() else None
+            ledger = cls(path, readonly=True) if Path(path).exists() else None
+            if ledger and ledger.layout() != _LAYOUT:
+                ledger.close()
+                return None
+            return ledger
         except sqlite3.Error:
             return None
+
+    def layout(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
 
     def close(self) -> None:
         self.commit()
@@ -103,13 +117,13 @@ class Ledger:
     def clear_plan(self) -> None:
         self._db.execute("DELETE FROM mini_batches")
 
-    def add(self, rows: Iterable[tuple[MiniBatch, dict[str, Any] | None]]) -> None:
+    def add(self, rows: Iterable[tuple[MiniBatch, dict[str, Any] | None]], descriptors: bool = True) -> None:
         """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded.
-        Pending rows bind only the plan's columns (the rest start NULL): a quarter less time per row."""
+        Without `descriptors` (the driver holds the mini-batches already) a row costs a fifth of the time."""
         pending, reused = [], []
         for mb, reuse in rows:
-            plan = (mb.index, mb.fingerprint, mb.describe(), mb.items, mb.nbytes,
-                    pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL))
+            descriptor = pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors else None
+            plan = (mb.index, mb.fingerprint, mb.describe(), mb.items, mb.nbytes, descriptor)
             if reuse:
                 reused.append((*plan, *(reuse["part"] or (None, None, None)), reuse["returned"],
                                reuse["items_failed"], reuse["run_id"]))
@@ -174,19 +188,6 @@ class Ledger:
     def rollback(self) -> None:
         self._successes = []
         self._db.rollback()
-
-    def totals(self) -> dict[str, int]:
-        """Counts the summary is made of, as committed: mini-batches by outcome and their items."""
-        row = self._db.execute(
-            "SELECT count(*), sum(state='succeeded'), sum(state='failed'), sum(reused_from IS NOT NULL),"
-            " sum(CASE WHEN state='pending' THEN 0 ELSE coalesce(items, returned, 0) END),"
-            " sum(CASE state WHEN 'succeeded' THEN coalesce(items_failed, 0)"
-            "                WHEN 'failed' THEN coalesce(items, 0) ELSE 0 END)"
-            " FROM mini_batches").fetchone()
-        total, succeeded, failed, reused, items, items_failed = (v or 0 for v in row)
-        return dict(mini_batches_total=total, mini_batches_succeeded=succeeded, mini_batches_failed=failed,
-                    mini_batches_reused=reused, items_total=items, items_failed=items_failed,
-                    items_succeeded=items - items_failed)
 
     def counts(self) -> dict[str, int]:
         rows = self._db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state")

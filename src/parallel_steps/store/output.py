@@ -16,7 +16,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -150,12 +150,26 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str) -> None:
             _assemble_csv(list(parts), tmp, reader)
         else:
             with open(tmp, "wb") as out:
-                for part in parts:
+                for part in _coalesced(parts):
                     out.write(reader.read(part))
         os.replace(tmp, target)
     finally:
         reader.close()
         tmp.unlink(missing_ok=True)
+
+
+def _coalesced(parts: Iterable[Part]) -> Iterator[Part]:
+    """Slices that lie end to end in one spool as one: a worker's consecutive mini-batches do."""
+    current = None
+    for part in parts:
+        if current and part.path == current.path and part.offset == current.offset + current.length:
+            current = Part(current.path, current.offset, current.length + part.length)
+            continue
+        if current:
+            yield current
+        current = part
+    if current:
+        yield current
 
 
 def _assemble_csv(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:
