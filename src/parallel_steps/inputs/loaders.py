@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .minibatch import MiniBatch
-from .storage import download, is_url, open_input
+from .storage import any_url, download, is_url, open_input
 from .tables import parse_bytes, read_table
 
 
@@ -19,7 +19,7 @@ def load(mini_batch: MiniBatch, download_dir: Callable[[], str] | None = None) -
     """A list of local paths for files (URLs are downloaded first, into the folder `download_dir()`
     gives, keeping their names); a pandas DataFrame with the file's columns and dtypes for tables."""
     if mini_batch.kind == "files":
-        if not any(is_url(path) for path in mini_batch.paths):
+        if not any_url(mini_batch.paths):
             return list(mini_batch.paths)
         if download_dir is None:
             raise ValueError("files named by URLs need a download folder")

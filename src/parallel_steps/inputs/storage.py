@@ -30,6 +30,11 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
+def any_url(paths) -> bool:
+    """Whether any of `paths` is a URL, in one search (a worker asks it for every mini-batch)."""
+    return "://" in "\n".join(paths)
+
+
 def stat(path: str) -> os.stat_result | RemoteStat:
     """`os.stat` of a path, or the size and version of a URL's object; errors name the file."""
     try:

@@ -65,7 +65,7 @@ class Spool:
 def encode(result: Any, fmt: str) -> bytes:
     """The bytes of one slice: text lines, JSON lines, CSV with a header, or a Parquet file."""
     if fmt == "txt":
-        return "".join(f"{line}\n" for line in _text_rows(result)).encode("utf-8")
+        return ("\n".join(_text_rows(result)) + "\n").encode("utf-8")
     if fmt == "jsonl":
         return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n"
                        for row in _records(result)).encode("utf-8")
@@ -87,7 +87,7 @@ def _text_rows(result: Any) -> Iterable[str]:
     if _is_frame(result):
         frame = _to_pandas(result)
         return (" ".join(str(v) for v in row) for row in frame.itertuples(index=False, name=None))
-    return (str(element) for element in result)
+    return map(str, result)
 
 
 def _records(result: Any) -> Iterable[Any]:
