@@ -1,13 +1,15 @@
 """Executor overhead: the whole `parallel-steps run` command against multiprocessing.Pool, same run.
 
-    python bench/overhead.py [--files 200000] [--cpu-files 20000] [--workers 2]
+    python bench/overhead.py [--files 200000] [--cpu-files 20000] [--workers 2] [--repeat 5]
 
 Workloads (mini-batches of 10 files):
   overhead  run() returns its input: measures bookkeeping (plan, ledger, logs, output, progress).
   cpu       about 1 ms of pure-Python work per item: measures what users pay on real work.
 The baseline is what one would write by hand: list and chunk the files, then
 `multiprocessing.Pool(workers).imap_unordered(run, batches)` writing every row to one file.
-Also prints the wall of a one-file run (start-up cost).
+Also prints the wall of a one-file run (start-up cost). Each side runs `--repeat` times, the two
+alternating; the ratio is the median of the pairs' ratios (the Pool's own wall varies by a
+quarter between identical runs, so one pair says little), printed with their range.
 
 Commands run with bytecode caches, as after `pip install`: PYTHONDONTWRITEBYTECODE is dropped
 for them and an untimed one-file run writes the caches first (without caches every start
@@ -17,6 +19,7 @@ compiles the package and pydantic again, about 0.2 s).
 import argparse
 import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,14 +82,20 @@ def make_files(folder: str, count: int) -> None:
         open(os.path.join(folder, f"{i:08d}.txt"), "w").close()
 
 
-def compare(name: str, files: int, loops: int, workers: int, tmp: str) -> None:
+def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: str) -> None:
     os.environ["BENCH_LOOPS"] = str(loops)
     folder = os.path.join(tmp, f"in-{name}")
     make_files(folder, files)
-    base = baseline(folder, os.path.join(tmp, f"base-{name}.txt"), workers)
-    mine = ours(folder, os.path.join(tmp, "bench_entry.py"), os.path.join(tmp, f"out-{name}"), workers,
-                os.path.join(tmp, "runs"))
-    print(f"{name:9} {files:>7} files  Pool {base:7.2f} s   parallel-steps {mine:7.2f} s   ratio {mine / base:.2f}")
+    pairs = []
+    for _ in range(repeat):
+        base = baseline(folder, os.path.join(tmp, f"base-{name}.txt"), workers)
+        mine = ours(folder, os.path.join(tmp, "bench_entry.py"), os.path.join(tmp, f"out-{name}"), workers,
+                    os.path.join(tmp, "runs"))
+        pairs.append((base, mine))
+    base, mine = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+    ratios = sorted(m / b for b, m in pairs)
+    print(f"{name:9} {files:>7} files  Pool {base:6.2f} s   parallel-steps {mine:6.2f} s   "
+          f"ratio {statistics.median(ratios):.2f} (median of {repeat} pairs, {ratios[0]:.2f}-{ratios[-1]:.2f})")
 
 
 def main() -> None:
@@ -94,6 +103,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=200_000)
     parser.add_argument("--cpu-files", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each side, alternating")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "bench_entry.py"), "w") as file:
@@ -108,8 +118,8 @@ def main() -> None:
                         1, os.path.join(tmp, "runs"))
 
         one_file()  # writes the bytecode caches
-        compare("overhead", args.files, 0, args.workers, tmp)
-        compare("cpu", args.cpu_files, calibrate_loops(), args.workers, tmp)
+        compare("overhead", args.files, 0, args.workers, args.repeat, tmp)
+        compare("cpu", args.cpu_files, calibrate_loops(), args.workers, args.repeat, tmp)
         os.environ["BENCH_LOOPS"] = "0"
         print(f"one file  start-up wall {one_file():.2f} s")
 

@@ -78,7 +78,7 @@ class Counters:
         return self.mini_batches_succeeded + self.mini_batches_failed
 
 
-@dataclass
+@dataclass(eq=False)  # queues find and remove attempts by identity, not by comparing every field
 class _Attempt:
     mini_batch: MiniBatch
     attempt: int
@@ -223,14 +223,14 @@ class Driver:
 
     def _queue_depth(self) -> int:
         """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
-        the rest), about 20 ms of work when they are short, so that a worker never runs dry
-        while the driver commits or refills (a commit takes milliseconds)."""
+        the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
+        runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
         if self._log_duration is None:
             return 2
         typical = math.exp(self._log_duration)
         if typical >= 0.05:
             return 1
-        return max(2, min(1024, int(0.02 / typical) + 1))
+        return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:
         depth = self._queue_depth()
