@@ -93,7 +93,7 @@ class ParallelRunConfig(BaseModel):
     max_job_restarts: int = Field(0, ge=0, description="Restarts of the step after a system error of the driver.")
     hang_detection: bool = Field(True, description="Fail the job when no mini-batch completes within progress_update_timeout.")
     progress_update_timeout: float | None = Field(None, gt=0, description="Seconds without a completed mini-batch before the job fails; default 3 x (run_invocation_timeout + 30).")
-    first_task_creation_timeout: float = Field(600, gt=0, description="Seconds allowed until the first mini-batch is handed to a worker.")
+    first_task_creation_timeout: float = Field(600, gt=0, description="Seconds allowed until the first mini-batch is handed to a worker, and at most waited for another run of the same step on the same inputs to end.")
     worker_memory_limit: int | str | None = Field(None, description="A worker above this memory (bytes or 4GB) is stopped and the attempt fails as OutOfMemory.")
     resource_monitor_interval: float = Field(600, ge=0, description="Seconds between resource usage samples in logs/perf; 0 turns it off.")
     profiling_module: Literal["cProfile"] | None = Field(None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker.")
