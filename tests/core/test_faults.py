@@ -12,7 +12,7 @@ import pytest
 from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.step import run_step
 
-from .conftest import output_lines
+from .conftest import cli_json, output_lines
 
 
 def config(**fields):
@@ -34,6 +34,25 @@ def test_hung_run_is_killed_after_the_timeout_with_its_stack_dumped(make_files, 
     assert "run() exceeded 1 s on mini-batch 0; stacks of every thread:" in dump
     assert f'File "{script}", line 5 in run' in dump
     assert "hung at score.py line 5 in run (innermost: threading.py" in master_role(summary)
+
+
+def test_a_hung_worker_with_a_full_socket_is_still_timed_out(tmp_path, write_script):
+    """While one worker hangs, the other's quick results deepen every queue: the hung worker's
+    refills (long paths, hundreds of kilobytes) no longer fit its socket. The driver must not
+    wait on that socket, or the timeout that frees the worker never fires."""
+    folder = tmp_path / "data" / ("deep" * 50)
+    folder.mkdir(parents=True)
+    for i in range(5000):
+        (folder / f"f{i:05d}.txt").touch()
+    write_script("import time\nfrom pathlib import Path\n\n\ndef run(mini_batch):\n"
+                 "    if mini_batch[0].endswith('f00000.txt') and not Path('hung').exists():\n"
+                 "        Path('hung').touch()\n"
+                 "        time.sleep(600)\n"
+                 "    return mini_batch\n")
+    code, summary = cli_json("run", "--entry-script", "score.py", "--input", "data", "--mini-batch-size", "10",
+                             "--process-count-per-node", "2", "--run-invocation-timeout", "3", timeout=120)
+    assert (code, summary["status"], summary["attempts_retried"]) == (0, "Succeeded", 1)
+    assert sorted(output_lines(summary)) == sorted(f"data/{folder.name}/{p.name}" for p in folder.iterdir())
 
 
 class TestFaultPolicies:

@@ -22,12 +22,15 @@ import os
 import select
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import psutil
@@ -60,6 +63,8 @@ class _Handle:
     state: str = "starting"            # starting | ready | stopping | gone
     queue: dict[int, tuple[MiniBatch, int, float | None]] = field(default_factory=dict)  # by index, in order
     outbox: list = field(default_factory=list)
+    unsent: bytearray = field(default_factory=bytearray)  # framed messages the socket did not take yet
+    sender: socket.socket | None = None  # the same socket, written without blocking
     extended: tuple[int, float] | None = None  # (mini-batch index, deadline) set by EntryScript.hang_timeout
     kill_at: float | None = None
     kill_reason: str | None = None
@@ -131,7 +136,7 @@ class LocalWorkerPool(WorkerPool):
         info = WorkerInfo(id=f"{node_id}/{process_name}", node_index=node, node_id=node_id,
                           process_name=process_name, slot=slot, pid=process.pid, gpu=gpu)
         handle = self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs,
-                                                  marker)
+                                                  marker, sender=socket.socket(fileno=os.dup(parent_end.fileno())))
         self._watch(parent_end.fileno(), "conn", handle)
         self._watch(handle.sentinel, "sentinel", handle)
 
@@ -182,20 +187,31 @@ class LocalWorkerPool(WorkerPool):
             now = time.monotonic()
             self._enforce_deadlines(now)
             timeout_ms = math.ceil(max(0.0, min(end, self._next_wakeup(now)) - now) * 1000)
-            for fd, _ in self._poller.poll(timeout_ms):
-                self._handle_ready(fd)
+            for fd, mask in self._poller.poll(timeout_ms):
+                self._handle_ready(fd, mask)
             if self._events or time.monotonic() >= end:
                 return
 
     def _flush(self) -> None:
-        """Send what was submitted since the last wait, one message per worker."""
+        """Send what was submitted since the last wait, one message per worker. Never blocks: what
+        the socket does not take now goes when it can, so a worker stuck in run() with a full
+        socket cannot stop the loop that enforces its deadline."""
         for handle in self._handles.values():
-            if handle.outbox:
-                try:
-                    handle.conn.send(("run", handle.outbox))
-                except (OSError, AttributeError):
-                    pass  # it died just now; its sentinel reports the loss
+            if handle.outbox and handle.conn is not None:
+                data = ForkingPickler.dumps(("run", handle.outbox))
+                handle.unsent += struct.pack("!i", len(data)) + data  # Connection's framing
                 handle.outbox = []
+                self._write(handle)
+
+    def _write(self, handle: _Handle) -> None:
+        try:
+            sent = handle.sender.send(handle.unsent, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # it died just now; its sentinel reports the loss
+            sent = len(handle.unsent)
+        del handle.unsent[:sent]
+        self._poller.modify(handle.conn.fileno(), select.POLLIN | (select.POLLOUT if handle.unsent else 0))
 
     def _next_wakeup(self, now: float) -> float:
         times = [now + 3600]
@@ -209,12 +225,15 @@ class LocalWorkerPool(WorkerPool):
                 times.append(self._next_memory_check)
         return min(times)
 
-    def _handle_ready(self, fd: int) -> None:
+    def _handle_ready(self, fd: int, mask: int) -> None:
         kind, handle = self._by_fd.get(fd, (None, None))
         if kind == "wakeup":
             os.read(self._wakeup_r, 4096)
         elif kind == "conn":
-            self._receive(handle)
+            if mask & select.POLLOUT:
+                self._write(handle)
+            if mask & ~select.POLLOUT and handle.conn is not None:
+                self._receive(handle)
         elif kind == "sentinel":
             self._reap(handle)
 
@@ -229,7 +248,8 @@ class LocalWorkerPool(WorkerPool):
         if handle.conn is not None:
             self._unwatch(handle.conn.fileno())
             handle.conn.close()
-            handle.conn = None
+            handle.sender.close()
+            handle.conn = handle.sender = None
 
     def _on_message(self, handle: _Handle, message: tuple) -> None:
         kind = message[0]
