@@ -27,7 +27,7 @@ from .driver import Counters, Driver, EventCallback, ProgressCallback, threshold
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner, iter_files
-from .inputs.storage import is_url, upload
+from .inputs.storage import GLOB_CHARS, is_url, upload
 from .monitor import ResourceMonitor
 from .pool.base import PoolSettings, WorkerPool, node_id_of
 from .resources import default_process_count, gpu_ids
@@ -472,6 +472,10 @@ def _check(config: ParallelRunConfig, entry_callables: bytes | None) -> tuple[Pa
         raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
     if config.source_directory and not Path(config.source_directory).is_dir():
         raise ConfigError("source_directory", f"{config.source_directory} is not a folder")
+    for dataset in config.inputs:  # a missing one is found before any mini-batch runs, though the plan streams
+        for path in dataset.path:
+            if not (is_url(path) or GLOB_CHARS & set(path) or os.path.lexists(path)):
+                raise InputError(path, "no such file or folder")
     script = None
     if entry_callables is None:
         script = entry_script_path(config)

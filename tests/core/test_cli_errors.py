@@ -26,6 +26,7 @@ CASES = {
     "missing entry script": (["--entry-script", "missing.py"], "entry_script: missing.py not found"),
     "entry script syntax error": (["--entry-script", "broken.py"], "entry_script: broken.py line 1:"),
     "missing input": (["--input", "nowhere"], "nowhere: no such file or folder"),
+    "missing second input": (["--input", "data", "--input", "nowhere"], "nowhere: no such file or folder"),
     "glob matches nothing": (["--input", "data/*.png"], "data/*.png: matches no files"),
     "empty folder": (["--input", "empty"], "empty: folder has no files"),
     "unreadable file": (["--input", "dangling.txt"], "dangling.txt: cannot read"),
