@@ -160,9 +160,10 @@ class _StepRun:
             workers = stack.enter_context(contextlib.ExitStack())  # closed before the output is assembled
             stack.enter_context(key_lock(self.run_root, self._lock_key(), self.config.first_task_creation_timeout))
             self.pool = None
-            if self.resumed or (self.config.allow_reuse and index.with_code_key(self.code, self.run_id)):
-                key = self._plan(index)  # whole: whole-step reuse needs every fingerprint
-                if key and self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
+            sources = self._reuse_sources(index)
+            if sources:
+                key = self._plan(sources)  # whole: whole-step reuse needs every fingerprint
+                if self.config.allow_reuse and (summary := self._reuse_whole_step(index, key)):
                     return summary
                 self.pending = self.ledger.pending()
             else:
@@ -199,21 +200,18 @@ class _StepRun:
         self.logs = RunLogs(self.run_dir)
         _drop_stale_cancel(self.run_dir, self.started_at)
 
-    def _plan(self, index: RunIndex) -> str | None:
-        """Write the whole plan into the ledger, taking finished results from this run and earlier
-        ones; returns the step key (the code and every input fingerprint), None when the files are
-        left for the workers to fingerprint (there was nothing to compare them with)."""
-        sources = self._reuse_sources(index)
+    def _plan(self, sources) -> str:
+        """Write the whole plan into the ledger, taking finished results from `sources` (this run's
+        and earlier ones); returns the step key (the code and every input fingerprint)."""
         self.counters = Counters()
-        planner = self._planner(defer_files=not sources)
+        planner = self._planner(defer_files=False)
         self.ledger.clear_plan()
         mini_batches = planner.mini_batches()
         while chunk := list(itertools.islice(mini_batches, _PLAN_CHUNK)):
             self._add([(mini_batch, self._reusable(mini_batch, sources)) for mini_batch in chunk])
         self.ledger.commit()
         self.notes = planner.notes
-        fingerprints = self.ledger.fingerprints()
-        return step_key(self.code, fingerprints) if all(fingerprints) else None
+        return step_key(self.code, self.ledger.fingerprints())
 
     def _stream_plan(self) -> Iterator[MiniBatch]:
         """The plan, written into the ledger a chunk at a time as the driver takes it, so the first
@@ -362,7 +360,7 @@ class _StepRun:
             self.on_event({"type": "restart", "time": time.time(), "restart": len(self.restarts), "reason": reason})
         self.ledger.rollback()
         self.resumed = True
-        self._plan(index)
+        self._plan(self._reuse_sources(index))
         self._log_plan()
         self.pending = self.ledger.pending()
 
