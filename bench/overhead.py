@@ -59,7 +59,7 @@ def _baseline_run(mini_batch):
 def baseline(folder: str, output: str, workers: int) -> float:
     start = time.perf_counter()
     names = sorted(os.listdir(folder))
-    batches = [[os.path.join(folder, n) for n in names[i:i + 10]] for i in range(0, len(names), 10)]
+    batches = [[os.path.join(folder, n) for n in names[i : i + 10]] for i in range(0, len(names), 10)]
     with multiprocessing.get_context("spawn").Pool(workers) as pool, open(output, "w") as out:
         for rows in pool.imap_unordered(_baseline_run, batches):
             out.writelines(f"{row}\n" for row in rows)
@@ -69,10 +69,31 @@ def baseline(folder: str, output: str, workers: int) -> float:
 def ours(folder: str, script: str, output: str, workers: int, root: str) -> float:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", script, "--input", folder,
-                    "--mini-batch-size", "10", "--process-count-per-node", str(workers), "--output", output,
-                    "--allow-reuse", "false", "--set", f"run_root={root}"], check=True, stdout=subprocess.DEVNULL,
-                   env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_steps.cli",
+            "run",
+            "--entry-script",
+            script,
+            "--input",
+            folder,
+            "--mini-batch-size",
+            "10",
+            "--process-count-per-node",
+            str(workers),
+            "--output",
+            output,
+            "--allow-reuse",
+            "false",
+            "--set",
+            f"run_root={root}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
     return time.perf_counter() - start
 
 
@@ -89,13 +110,20 @@ def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: s
     pairs = []
     for _ in range(repeat):
         base = baseline(folder, os.path.join(tmp, f"base-{name}.txt"), workers)
-        mine = ours(folder, os.path.join(tmp, "bench_entry.py"), os.path.join(tmp, f"out-{name}"), workers,
-                    os.path.join(tmp, "runs"))
+        mine = ours(
+            folder,
+            os.path.join(tmp, "bench_entry.py"),
+            os.path.join(tmp, f"out-{name}"),
+            workers,
+            os.path.join(tmp, "runs"),
+        )
         pairs.append((base, mine))
     base, mine = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
     ratios = sorted(m / b for b, m in pairs)
-    print(f"{name:9} {files:>7} files  Pool {base:6.2f} s   parallel-steps {mine:6.2f} s   "
-          f"ratio {statistics.median(ratios):.2f} (median of {repeat} pairs, {ratios[0]:.2f}-{ratios[-1]:.2f})")
+    print(
+        f"{name:9} {files:>7} files  Pool {base:6.2f} s   parallel-steps {mine:6.2f} s   "
+        f"ratio {statistics.median(ratios):.2f} (median of {repeat} pairs, {ratios[0]:.2f}-{ratios[-1]:.2f})"
+    )
 
 
 def main() -> None:
@@ -114,8 +142,13 @@ def main() -> None:
         make_files(os.path.join(tmp, "one"), 1)
 
         def one_file() -> float:
-            return ours(os.path.join(tmp, "one"), os.path.join(tmp, "bench_entry.py"), os.path.join(tmp, "out-one"),
-                        1, os.path.join(tmp, "runs"))
+            return ours(
+                os.path.join(tmp, "one"),
+                os.path.join(tmp, "bench_entry.py"),
+                os.path.join(tmp, "out-one"),
+                1,
+                os.path.join(tmp, "runs"),
+            )
 
         one_file()  # writes the bytecode caches
         compare("overhead", args.files, 0, args.workers, args.repeat, tmp)

@@ -44,7 +44,7 @@ class _PlainWorker:
 def plain_actors(folder: Path, script: Path, output: Path, workers: int, size: int) -> float:
     start = time.perf_counter()
     names = sorted(os.listdir(folder))
-    batches = [[str(folder / n) for n in names[i:i + size]] for i in range(0, len(names), size)]
+    batches = [[str(folder / n) for n in names[i : i + size]] for i in range(0, len(names), size)]
     actor_class = ray.remote(_PlainWorker).options(num_cpus=0)
     actors = [actor_class.remote(str(script)) for _ in range(workers)]
     results: dict[int, list[str]] = {}
@@ -76,9 +76,16 @@ def parallel_steps(folder: Path, script: Path, output: Path, workers: int, size:
     from parallel_steps import ParallelRunConfig
     from parallel_steps.step import run_step
 
-    config = ParallelRunConfig(entry_script=str(script), inputs=[str(folder)], output=str(output),
-                               mini_batch_size=size, process_count_per_node=workers, backend="ray",
-                               allow_reuse=False, run_root=str(root))
+    config = ParallelRunConfig(
+        entry_script=str(script),
+        inputs=[str(folder)],
+        output=str(output),
+        mini_batch_size=size,
+        process_count_per_node=workers,
+        backend="ray",
+        allow_reuse=False,
+        run_root=str(root),
+    )
     start = time.perf_counter()
     run_step(config)
     return time.perf_counter() - start
@@ -105,13 +112,17 @@ def main() -> None:
             print(f"{args.files} files, {batches} mini-batches of {args.mini_batch_size}, {args.workers} workers")
             for round_ in range(args.repeat):
                 plain = plain_actors(folder, script, root / f"plain-{round_}.txt", args.workers, args.mini_batch_size)
-                ours = parallel_steps(folder, script, root / f"out-{round_}", args.workers, args.mini_batch_size,
-                                      root / "runs")
-                same = (root / f"plain-{round_}.txt").read_bytes() == \
-                    (root / f"out-{round_}" / "parallel_run_step.txt").read_bytes()
-                print(f"plain Ray actors {plain:7.2f} s   parallel-steps (ray) {ours:7.2f} s   ratio "
-                      f"{ours / plain:.2f}   ({ours / batches * 1000:.2f} vs {plain / batches * 1000:.2f} ms per "
-                      f"mini-batch; same output: {same})")
+                ours = parallel_steps(
+                    folder, script, root / f"out-{round_}", args.workers, args.mini_batch_size, root / "runs"
+                )
+                same = (root / f"plain-{round_}.txt").read_bytes() == (
+                    root / f"out-{round_}" / "parallel_run_step.txt"
+                ).read_bytes()
+                print(
+                    f"plain Ray actors {plain:7.2f} s   parallel-steps (ray) {ours:7.2f} s   ratio "
+                    f"{ours / plain:.2f}   ({ours / batches * 1000:.2f} vs {plain / batches * 1000:.2f} ms per "
+                    f"mini-batch; same output: {same})"
+                )
     finally:
         ray.shutdown()
 

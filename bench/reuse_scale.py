@@ -28,19 +28,38 @@ def main() -> None:
                 file.write(str(i))
         with open("score.py", "w") as file:
             file.write("def run(mini_batch):\n    return mini_batch\n")
-        config = ParallelRunConfig(entry_script="score.py", inputs=["data"], output="out", run_root="runs",
-                                   process_count_per_node=2)
+        config = ParallelRunConfig(
+            entry_script="score.py", inputs=["data"], output="out", run_root="runs", process_count_per_node=2
+        )
         start = time.perf_counter()
         first = run_step(config)
         first_wall = time.perf_counter() - start
         start = time.perf_counter()
         again = run_step(config)
         reuse_wall = time.perf_counter() - start
-        assert again["reused"] and again["workers_started"] == 0
+        assert again["reused"]
+        assert again["workers_started"] == 0
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", "score.py", "--input",
-                        "data", "--output", "out", "--set", "run_root=runs", "--process-count-per-node", "2"],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "parallel_steps.cli",
+                "run",
+                "--entry-script",
+                "score.py",
+                "--input",
+                "data",
+                "--output",
+                "out",
+                "--set",
+                "run_root=runs",
+                "--process-count-per-node",
+                "2",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         cli_wall = time.perf_counter() - start
     print(f"{args.files} files, {first['mini_batches_total']} mini-batches")
     print(f"first run:            {first_wall:6.2f} s")

@@ -43,8 +43,10 @@ with DAG(
             import PIL  # noqa: F401 - score.py needs them in the workers too
             import sklearn  # noqa: F401
         except ImportError as exc:
-            raise RuntimeError(f"the digits example needs the examples extra ({exc.name} is missing): "
-                               "pip install 'parallel-steps[airflow,examples]'") from None
+            raise RuntimeError(
+                f"the digits example needs the examples extra ({exc.name} is missing): "
+                "pip install 'parallel-steps[airflow,examples]'"
+            ) from None
         runpy.run_path(str(DIGITS / "prepare.py"), run_name="__main__")
         return str(DIGITS / "data" / "images")
 
@@ -60,8 +62,10 @@ with DAG(
         """Compare the predictions in the step's output file with the labels."""
         check = runpy.run_path(str(DIGITS / "accuracy.py"))["accuracy"]
         value = check(Path(summary["output_file"]))
-        print(f"accuracy {value:.3f} over {summary['items_succeeded']} images "
-              f"in {summary['mini_batches_total']} mini-batches (reused: {summary['reused']})")
+        print(
+            f"accuracy {value:.3f} over {summary['items_succeeded']} images "
+            f"in {summary['mini_batches_total']} mini-batches (reused: {summary['reused']})"
+        )
         return value
 
     accuracy(score_digits.output)

@@ -57,8 +57,11 @@ with DAG(
     def total(summaries: list[dict]) -> dict:
         """Totals over the mapped steps; each summary names its own run directory and output."""
         summaries = list(summaries[:])  # one slice request instead of probing past the end
-        result = {"steps": len(summaries), "files": sum(s["items_succeeded"] for s in summaries),
-                  "mini_batches": sum(s["mini_batches_total"] for s in summaries)}
+        result = {
+            "steps": len(summaries),
+            "files": sum(s["items_succeeded"] for s in summaries),
+            "mini_batches": sum(s["mini_batches_total"] for s in summaries),
+        }
         for summary in summaries:
             print(f"{summary['run_dir']}: {summary['status']}, output {summary['output_file']}")
         print(result)

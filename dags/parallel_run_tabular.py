@@ -43,12 +43,15 @@ with DAG(
     tags=["parallel-steps", "example"],
     doc_md=__doc__,
     params={
-        "mini_batch_size": Param("32KB", type=["string", "integer"],
-                                 description="Bytes of Parquet per mini-batch: 1024, 32KB, 1MB "
-                                             "(row groups are never split)."),
+        "mini_batch_size": Param(
+            "32KB",
+            type=["string", "integer"],
+            description="Bytes of Parquet per mini-batch: 1024, 32KB, 1MB (row groups are never split).",
+        ),
         "process_count_per_node": Param(2, type="integer", minimum=1, description="Worker processes."),
-        "error_threshold": Param(5, type="integer", minimum=-1,
-                                 description="Failed rows tolerated before the step fails; -1 ignores them."),
+        "error_threshold": Param(
+            5, type="integer", minimum=-1, description="Failed rows tolerated before the step fails; -1 ignores them."
+        ),
     },
 ):
 
@@ -65,10 +68,17 @@ with DAG(
             rng = np.random.default_rng(7)
             for index in range(files):
                 amount = rng.gamma(2.0, 150.0, rows).round(2)
-                missing = [None if (index, row) in {(0, 17), (1, 1200), (3, 2499)} else float(value)
-                           for row, value in enumerate(amount)]
-                table = pa.table({"id": np.arange(rows) + index * rows, "amount": pa.array(missing, pa.float64()),
-                                  "online": rng.integers(0, 2, rows).astype(bool)})
+                missing = [
+                    None if (index, row) in {(0, 17), (1, 1200), (3, 2499)} else float(value)
+                    for row, value in enumerate(amount)
+                ]
+                table = pa.table(
+                    {
+                        "id": np.arange(rows) + index * rows,
+                        "amount": pa.array(missing, pa.float64()),
+                        "online": rng.integers(0, 2, rows).astype(bool),
+                    }
+                )
                 temporary = folder / f".part-{index:02d}.parquet"
                 pq.write_table(table, temporary, row_group_size=500)
                 temporary.rename(folder / f"part-{index:02d}.parquet")
@@ -96,9 +106,11 @@ with DAG(
         import pyarrow.parquet as pq
 
         rows = pq.read_metadata(summary["output_file"]).num_rows
-        print(f"{summary['status']}: {rows} scored rows in {summary['output_file']}; "
-              f"{summary['items_failed']} rows failed; {summary['mini_batches_total']} mini-batches "
-              f"(reused: {summary['reused']})")
+        print(
+            f"{summary['status']}: {rows} scored rows in {summary['output_file']}; "
+            f"{summary['items_failed']} rows failed; {summary['mini_batches_total']} mini-batches "
+            f"(reused: {summary['reused']})"
+        )
         return {"rows": rows, "items_failed": summary["items_failed"]}
 
     report(score(inputs=make_data()))

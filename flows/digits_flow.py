@@ -15,9 +15,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from prefect import flow, task
-
 from parallel_steps.prefect import parallel_run
+from prefect import flow, task
 
 DIGITS = Path(__file__).resolve().parent.parent / "examples" / "digits"
 
@@ -42,8 +41,12 @@ def accuracy(predictions_file: str) -> float:
 
 
 @flow(name="score-digits")
-def score_digits(mini_batch_size: int | None = None, process_count_per_node: int | None = None,
-                 error_threshold: int | None = None, output: str | None = None) -> dict:
+def score_digits(
+    mini_batch_size: int | None = None,
+    process_count_per_node: int | None = None,
+    error_threshold: int | None = None,
+    output: str | None = None,
+) -> dict:
     """Score the digits images; parameters left at None keep the step file's values.
 
     Args:
@@ -53,9 +56,13 @@ def score_digits(mini_batch_size: int | None = None, process_count_per_node: int
         output: output folder (step file: examples/digits/out).
     """
     prepare()
-    summary = parallel_run(DIGITS / "step.yaml", mini_batch_size=mini_batch_size,
-                           process_count_per_node=process_count_per_node, error_threshold=error_threshold,
-                           output=output)
+    summary = parallel_run(
+        DIGITS / "step.yaml",
+        mini_batch_size=mini_batch_size,
+        process_count_per_node=process_count_per_node,
+        error_threshold=error_threshold,
+        output=output,
+    )
     summary["accuracy"] = accuracy(summary["output_file"])
     return summary
 
@@ -67,5 +74,7 @@ if __name__ == "__main__":
     parser.add_argument("--error-threshold", type=int)
     parser.add_argument("--output")
     result = score_digits(**vars(parser.parse_args()))
-    print(f"{result['status']}: {result['mini_batches_total']} mini-batches, accuracy {result['accuracy']:.3f} "
-          f"-> {result['output_file']}")
+    print(
+        f"{result['status']}: {result['mini_batches_total']} mini-batches, accuracy {result['accuracy']:.3f} "
+        f"-> {result['output_file']}"
+    )

@@ -16,5 +16,7 @@ from tabular_flow import score_transactions
 DEPLOYMENT = "score-transactions-served"
 
 if __name__ == "__main__":
-    score_transactions.serve(name=DEPLOYMENT, description="Score transactions stored as Parquet; parameters "
-                                                          "override the parallel step's fields.")
+    score_transactions.serve(
+        name=DEPLOYMENT,
+        description="Score transactions stored as Parquet; parameters override the parallel step's fields.",
+    )

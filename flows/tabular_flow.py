@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from prefect import flow, task
 
 from parallel_steps import ParallelRunConfig, TabularDataset
 from parallel_steps.prefect import parallel_run
+from prefect import flow, task
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_INPUT = str(HERE / "data" / "transactions")
@@ -49,21 +49,27 @@ def make_example_data(folder: str) -> str:
         rows = ROW_GROUPS * ROWS_PER_GROUP
         amount = rng.gamma(2.0, 120.0, rows).round(2)
         amount[rng.choice(rows, INVALID_PER_FILE, replace=False)] *= -1  # invalid: counted as failed items
-        table = pa.table({
-            "id": np.arange(number * rows, (number + 1) * rows, dtype=np.int64),
-            "customer": [f"c{i:05d}" for i in rng.integers(0, 5000, rows)],
-            "amount": amount,
-            "n_items": rng.integers(1, 20, rows, dtype=np.int32),
-            "country": rng.choice(["DE", "FR", "NL", "US"], rows),
-        })
+        table = pa.table(
+            {
+                "id": np.arange(number * rows, (number + 1) * rows, dtype=np.int64),
+                "customer": [f"c{i:05d}" for i in rng.integers(0, 5000, rows)],
+                "amount": amount,
+                "n_items": rng.integers(1, 20, rows, dtype=np.int32),
+                "country": rng.choice(["DE", "FR", "NL", "US"], rows),
+            }
+        )
         pq.write_table(table, root / f"part-{number:03d}.parquet", row_group_size=ROWS_PER_GROUP)
     return folder
 
 
 @flow(name="score-transactions")
-def score_transactions(input_path: str = DEFAULT_INPUT, mini_batch_size: int | str | None = None,
-                       process_count_per_node: int | None = None, error_threshold: int | None = None,
-                       output: str | None = None) -> dict:
+def score_transactions(
+    input_path: str = DEFAULT_INPUT,
+    mini_batch_size: int | str | None = None,
+    process_count_per_node: int | None = None,
+    error_threshold: int | None = None,
+    output: str | None = None,
+) -> dict:
     """Score the transactions under `input_path` (a Parquet file, folder or glob).
 
     Args:
@@ -75,9 +81,14 @@ def score_transactions(input_path: str = DEFAULT_INPUT, mini_batch_size: int | s
     """
     if not Path(input_path).exists() and not set("*?[") & set(input_path):  # a new folder: example data
         make_example_data(input_path)
-    return parallel_run(STEP, inputs=TabularDataset(input_path), mini_batch_size=mini_batch_size,
-                        process_count_per_node=process_count_per_node, error_threshold=error_threshold,
-                        output=output)
+    return parallel_run(
+        STEP,
+        inputs=TabularDataset(input_path),
+        mini_batch_size=mini_batch_size,
+        process_count_per_node=process_count_per_node,
+        error_threshold=error_threshold,
+        output=output,
+    )
 
 
 def _arguments() -> dict:
@@ -92,6 +103,8 @@ def _arguments() -> dict:
 
 if __name__ == "__main__":
     summary = score_transactions(**_arguments())
-    print(f"{summary['status']}: {summary['mini_batches_total']} mini-batches, "
-          f"{summary['items_succeeded']} transactions scored, {summary['items_failed']} failed -> "
-          f"{summary['output_file']}")
+    print(
+        f"{summary['status']}: {summary['mini_batches_total']} mini-batches, "
+        f"{summary['items_succeeded']} transactions scored, {summary['items_failed']} failed -> "
+        f"{summary['output_file']}"
+    )

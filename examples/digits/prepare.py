@@ -22,8 +22,7 @@ def main() -> None:
         print("the digits example is already set up")  # unchanged inputs let a rerun reuse its results
         return
     digits = load_digits()
-    train_x, test_x, train_y, test_y = train_test_split(
-        digits.images, digits.target, test_size=0.25, random_state=0)
+    train_x, test_x, train_y, test_y = train_test_split(digits.images, digits.target, test_size=0.25, random_state=0)
     model = SVC(gamma=0.001).fit(train_x.reshape(len(train_x), -1), train_y)
     models = HERE / "models" / "digits"
     models.mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,11 @@ def init():
 
 def run(mini_batch: pd.DataFrame) -> pd.DataFrame:
     valid = mini_batch[mini_batch["amount"] >= 0]
-    risk = [1 / (1 + math.exp(-(amount / 250 - 2 + items / 10))) for amount, items in
-            zip(valid["amount"], valid["n_items"], strict=True)]
+    risk = [
+        1 / (1 + math.exp(-(amount / 250 - 2 + items / 10)))
+        for amount, items in zip(valid["amount"], valid["n_items"], strict=True)
+    ]
     EntryScript().logger.info("scored %d of %d transactions", len(valid), len(mini_batch))
-    return pd.DataFrame({"id": valid["id"].to_numpy(), "risk": risk,
-                         "review": [score > REVIEW_ABOVE for score in risk]})
+    return pd.DataFrame(
+        {"id": valid["id"].to_numpy(), "risk": risk, "review": [score > REVIEW_ABOVE for score in risk]}
+    )

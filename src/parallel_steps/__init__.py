@@ -24,7 +24,19 @@ _EXPORTS = {
     "StepFailed": "parallel_steps.errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "ConfigError",
+    "EntryScript",
+    "FileDataset",
+    "InputError",
+    "ParallelRunConfig",
+    "ParallelRunStep",
+    "ParallelStepsError",
+    "StepFailed",
+    "TabularDataset",
+    "__version__",
+    "run_step",
+]
 
 if TYPE_CHECKING:
     from .config import ParallelRunConfig

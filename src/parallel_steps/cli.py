@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     script_args: list[str] = []
     if "--" in argv:
         split = argv.index("--")
-        argv, script_args = argv[:split], argv[split + 1:]
+        argv, script_args = argv[:split], argv[split + 1 :]
     args = parser.parse_args(argv)
     args.script_args = script_args
     try:
@@ -48,11 +48,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parallel-steps", description="Run a ParallelRunStep-style parallel batch step.")
+    parser = argparse.ArgumentParser(
+        prog="parallel-steps", description="Run a ParallelRunStep-style parallel batch step."
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run a step", description="Run a step: STEP.yaml and/or options. "
-                              "Arguments after -- go to the entry script.")
+    run = commands.add_parser(
+        "run",
+        help="run a step",
+        description="Run a step: STEP.yaml and/or options. Arguments after -- go to the entry script.",
+    )
     _step_options(run, every_field=True)
     run.add_argument("--run-dir", help="run directory (a rerun in the same directory resumes it)")
     run.add_argument("--detach", action="store_true", help="run in the background; print the run id and directory")
@@ -66,16 +71,18 @@ def _parser() -> argparse.ArgumentParser:
     plan.set_defaults(command=_plan)
 
     status = _job_command(commands, "status", _status, "the state and counts of a run (finished or running)")
-    status.add_argument("--mini-batches", action="store_true", help="each mini-batch's state, attempts, error, "
-                        "worker and duration")
+    status.add_argument(
+        "--mini-batches", action="store_true", help="each mini-batch's state, attempts, error, worker and duration"
+    )
     status.add_argument("--json", action="store_true")
     wait = _job_command(commands, "wait", _wait, "wait for a run to end; exit 0 if it succeeded, else 1")
     wait.add_argument("--timeout", type=float, help="give up after this many seconds (exit 1)")
     wait.add_argument("--json", action="store_true")
     _job_command(commands, "cancel", _cancel, "stop a run (its workers are stopped within seconds)")
     logs = _job_command(commands, "logs", _logs, "the driver's log, workers' stderr, or one mini-batch's story")
-    logs.add_argument("--mini-batch", type=int, metavar="ID", help="attempts, journal lines and tracebacks of one "
-                      "mini-batch")
+    logs.add_argument(
+        "--mini-batch", type=int, metavar="ID", help="attempts, journal lines and tracebacks of one mini-batch"
+    )
     logs.add_argument("--stderr", action="store_true", help="workers' stderr")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends")
 
@@ -92,16 +99,18 @@ def _parser() -> argparse.ArgumentParser:
     clean.set_defaults(command=_clean)
 
     # Listed for the help only: main() hands `node ...` to parallel_steps.launch, which has its own options.
-    commands.add_parser("node", add_help=False, help="run on every node of a multi-node job (Ray); "
-                        "see `parallel-steps node --help`")
+    commands.add_parser(
+        "node", add_help=False, help="run on every node of a multi-node job (Ray); see `parallel-steps node --help`"
+    )
     return parser
 
 
 def _job_command(commands, name: str, handler, help_text: str) -> argparse.ArgumentParser:
     parser = commands.add_parser(name, help=help_text, description=help_text)
     parser.add_argument("run", metavar="RUN", help="run id or run directory")
-    parser.add_argument("--run-root", help="where run ids are looked up (default PARALLEL_STEPS_HOME or "
-                        "./.parallel_steps)")
+    parser.add_argument(
+        "--run-root", help="where run ids are looked up (default PARALLEL_STEPS_HOME or ./.parallel_steps)"
+    )
     parser.set_defaults(command=handler)
     return parser
 
@@ -110,19 +119,30 @@ def _step_options(parser: argparse.ArgumentParser, every_field: bool) -> None:
     from .config import ParallelRunConfig
 
     parser.add_argument("step_file", nargs="?", metavar="STEP.yaml", help="step file (YAML with configuration fields)")
-    parser.add_argument("--input", action="append", dest="input", metavar="PATH",
-                        help="input file, folder or glob (repeatable); replaces the step file's inputs")
+    parser.add_argument(
+        "--input",
+        action="append",
+        dest="input",
+        metavar="PATH",
+        help="input file, folder or glob (repeatable); replaces the step file's inputs",
+    )
     parser.add_argument("--tabular", action="store_true", help="read --input as tables (CSV, Parquet, JSON lines)")
     parser.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="table format of --input")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override any configuration field (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override any configuration field (repeatable)",
+    )
     partitioning = ("mini_batch_size", "partition_keys", "reuse_fingerprint")
     fields = ParallelRunConfig.model_fields
     for name, field in fields.items():
         if name in _SPECIAL or (not every_field and name not in partitioning):
             continue
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE",
-                            help=field.description)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", dest=f"field_{name}", metavar="VALUE", help=field.description
+        )
 
 
 def _config(args: argparse.Namespace):
@@ -201,12 +221,19 @@ class _Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         if self._bar is None:
-            self._bar = Progress(TextColumn("mini-batches"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[detail]}"), TimeRemainingColumn(), transient=False)
+            self._bar = Progress(
+                TextColumn("mini-batches"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task("run", total=snapshot["mini_batches_total"], detail="")
-        detail = (f"items {snapshot['items_succeeded']} ok, {snapshot['items_failed']} failed, "
-                  f"{snapshot['rate_per_s']:.1f}/s")
+        detail = (
+            f"items {snapshot['items_succeeded']} ok, {snapshot['items_failed']} failed, {snapshot['rate_per_s']:.1f}/s"
+        )
         self._bar.update(self._task, completed=snapshot["mini_batches_done"], detail=detail)
 
     def close(self) -> None:
@@ -217,8 +244,10 @@ class _Progress:
 def _progress_line(snapshot: dict[str, Any]) -> str:
     total, done = snapshot["mini_batches_total"], snapshot["mini_batches_done"]
     eta = "?" if snapshot["eta_s"] is None else f"{snapshot['eta_s']:.0f} s"
-    return (f"{done}/{total} mini-batches ({100 * done / max(total, 1):.0f}%), {snapshot['items_succeeded']} items ok, "
-            f"{snapshot['items_failed']} failed, {snapshot['rate_per_s']:.1f}/s, ETA {eta}")
+    return (
+        f"{done}/{total} mini-batches ({100 * done / max(total, 1):.0f}%), {snapshot['items_succeeded']} items ok, "
+        f"{snapshot['items_failed']} failed, {snapshot['rate_per_s']:.1f}/s, ETA {eta}"
+    )
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
@@ -252,27 +281,38 @@ def _plan(args: argparse.Namespace) -> int:
         items.append(mini_batch.items)
         sizes.append(mini_batch.nbytes)
         if len(first) < args.show:
-            first.append(dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes,
-                              source=mini_batch.describe()))
+            first.append(
+                dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=mini_batch.describe())
+            )
     known = [n for n in items if n is not None]
     plan = dict(
-        mini_batches=len(items), items=sum(known) if len(known) == len(items) else None, bytes=sum(sizes),
-        unit="files" if not config.is_tabular else "rows", batch_size=config.batch_size,
-        items_per_batch=_spread(known) if len(known) == len(items) else None, bytes_per_batch=_spread(sizes),
-        first=first, notes=planner.notes)
+        mini_batches=len(items),
+        items=sum(known) if len(known) == len(items) else None,
+        bytes=sum(sizes),
+        unit="files" if not config.is_tabular else "rows",
+        batch_size=config.batch_size,
+        items_per_batch=_spread(known) if len(known) == len(items) else None,
+        bytes_per_batch=_spread(sizes),
+        first=first,
+        notes=planner.notes,
+    )
     if args.json:
         print(json.dumps(plan))
         return 0
     per = plan["items_per_batch"]
-    print(f"{plan['mini_batches']} mini-batches, {plan['items'] if plan['items'] is not None else 'unknown'} "
-          f"{plan['unit']}, {plan['bytes']} bytes")
+    print(
+        f"{plan['mini_batches']} mini-batches, {plan['items'] if plan['items'] is not None else 'unknown'} "
+        f"{plan['unit']}, {plan['bytes']} bytes"
+    )
     if per:
         print(f"{plan['unit']} per mini-batch: min {per['min']}, median {per['median']}, max {per['max']}")
     spread = plan["bytes_per_batch"]
     print(f"bytes per mini-batch: min {spread['min']}, median {spread['median']}, max {spread['max']}")
     for batch in first:
-        print(f"  #{batch['id']}: {batch['items'] if batch['items'] is not None else '?'} {plan['unit']}, "
-              f"{batch['bytes']} bytes  {batch['source']}")
+        print(
+            f"  #{batch['id']}: {batch['items'] if batch['items'] is not None else '?'} {plan['unit']}, "
+            f"{batch['bytes']} bytes  {batch['source']}"
+        )
     for note in plan["notes"]:
         print(f"note: {note}")
     return 0
@@ -328,21 +368,35 @@ def _runs(args: argparse.Namespace) -> int:
 
     records = list_runs(args.run_root, args.name)
     if args.json:
-        print(json.dumps([{k: v for k, v in r.items() if k != "summary"} | {"counts": _counts(r["summary"])}
-                          for r in records], default=str))
+        print(
+            json.dumps(
+                [{k: v for k, v in r.items() if k != "summary"} | {"counts": _counts(r["summary"])} for r in records],
+                default=str,
+            )
+        )
         return 0
     for record in records:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["started_at"] or 0))
         counts = _counts(record["summary"])
-        print(f"{record['run_id']:<40} {record['status']:<9} key {str(record['step_key'] or '-')[:12]:<12} "
-              f"{started}  {counts['mini_batches_succeeded']}/{counts['mini_batches_total']} mini-batches, "
-              f"{counts['items_failed']} items failed")
+        print(
+            f"{record['run_id']:<40} {record['status']:<9} key {str(record['step_key'] or '-')[:12]:<12} "
+            f"{started}  {counts['mini_batches_succeeded']}/{counts['mini_batches_total']} mini-batches, "
+            f"{counts['items_failed']} items failed"
+        )
     return 0
 
 
 def _counts(summary: dict[str, Any]) -> dict[str, Any]:
-    return {key: summary.get(key, 0) for key in ("mini_batches_total", "mini_batches_succeeded",
-                                                 "mini_batches_failed", "items_succeeded", "items_failed")}
+    return {
+        key: summary.get(key, 0)
+        for key in (
+            "mini_batches_total",
+            "mini_batches_succeeded",
+            "mini_batches_failed",
+            "items_succeeded",
+            "items_failed",
+        )
+    }
 
 
 def _clean(args: argparse.Namespace) -> int:
@@ -359,14 +413,25 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(status, default=str))
         return
     print(f"{status['run_id']}: {status['status']} ({status['status_reason']})")
-    for key in ("mini_batches_total", "mini_batches_succeeded", "mini_batches_failed", "mini_batches_pending",
-                "mini_batches_reused", "items_succeeded", "items_failed", "run_dir", "output_file"):
+    for key in (
+        "mini_batches_total",
+        "mini_batches_succeeded",
+        "mini_batches_failed",
+        "mini_batches_pending",
+        "mini_batches_reused",
+        "items_succeeded",
+        "items_failed",
+        "run_dir",
+        "output_file",
+    ):
         if status.get(key) is not None:
             print(f"  {key}: {status[key]}")
     for row in status.get("mini_batches", []):
         code = "" if row["exit_code"] is None else f" exit_code={row['exit_code']}"
-        print(f"  #{row['idx']:<6} {row['state']:<9} attempts={row['attempts']} worker={row['worker'] or '-'} "
-              f"duration={row['duration'] or 0:.3f}s{code} {row['error'] or ''} {row['source']}")
+        print(
+            f"  #{row['idx']:<6} {row['state']:<9} attempts={row['attempts']} worker={row['worker'] or '-'} "
+            f"duration={row['duration'] or 0:.3f}s{code} {row['error'] or ''} {row['source']}"
+        )
 
 
 if __name__ == "__main__":

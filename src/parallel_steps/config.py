@@ -57,51 +57,121 @@ class ParallelRunConfig(BaseModel):
     # The step and its data.
     name: str = Field("parallel-run", description="Step name: 3-32 characters, lowercase letters, digits and '-'.")
     entry_script: str | None = Field(None, description="The user script with init() and run(mini_batch).")
-    source_directory: str | None = Field(None, description="Folder put on sys.path in workers; entry_script is relative to it.")
-    inputs: list[Dataset] = Field(default_factory=list, description="Datasets to partition (one type): paths or fsspec URLs, FileDataset or TabularDataset.")
-    output: str | None = Field(None, description="Output folder, or an fsspec URL it is uploaded to; default <run_dir>/output.")
-    side_inputs: dict[str, str] = Field(default_factory=dict, description="name: path or fsspec URL of data for every worker; ${side_inputs.name} in arguments becomes its local path.")
+    source_directory: str | None = Field(
+        None, description="Folder put on sys.path in workers; entry_script is relative to it."
+    )
+    inputs: list[Dataset] = Field(
+        default_factory=list,
+        description="Datasets to partition (one type): paths or fsspec URLs, FileDataset or TabularDataset.",
+    )
+    output: str | None = Field(
+        None, description="Output folder, or an fsspec URL it is uploaded to; default <run_dir>/output."
+    )
+    side_inputs: dict[str, str] = Field(
+        default_factory=dict,
+        description="name: path or fsspec URL of data for every worker; ${side_inputs.name} in arguments becomes its local path.",
+    )
     arguments: list[str] = Field(default_factory=list, description="Arguments passed to the entry script in sys.argv.")
-    environment_variables: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for every worker.")
+    environment_variables: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for every worker."
+    )
 
     # Partitioning.
-    mini_batch_size: int | str | None = Field(None, description="Files per mini-batch (default 10), or bytes per mini-batch for tabular input (default 1MB; 1024, 512KB, 10MB, 1GB).")
-    partition_keys: list[str] | None = Field(None, description="Key columns: one mini-batch per distinct key combination (tabular input).")
+    mini_batch_size: int | str | None = Field(
+        None,
+        description="Files per mini-batch (default 10), or bytes per mini-batch for tabular input (default 1MB; 1024, 512KB, 10MB, 1GB).",
+    )
+    partition_keys: list[str] | None = Field(
+        None, description="Key columns: one mini-batch per distinct key combination (tabular input)."
+    )
 
     # Outcome and thresholds.
-    error_threshold: int = Field(-1, ge=-1, description="Failed items tolerated before the job fails; -1 ignores all failed items.")
-    mini_batch_error_threshold: int = Field(-1, ge=-1, description="Failed mini-batches tolerated before the job fails; -1 ignores them.")
-    allowed_failed_percent: float = Field(100, ge=0, le=100, description="Percent of mini-batches allowed to fail (0-100).")
-    output_action: Literal["append_row", "summary_only"] = Field("append_row", description="append_row: gather every returned row in one file; summary_only: only count results.")
-    append_row_file_name: str = Field("parallel_run_step.txt", description="Output file name; its extension sets the format (.txt, .csv, .parquet, .jsonl).")
+    error_threshold: int = Field(
+        -1, ge=-1, description="Failed items tolerated before the job fails; -1 ignores all failed items."
+    )
+    mini_batch_error_threshold: int = Field(
+        -1, ge=-1, description="Failed mini-batches tolerated before the job fails; -1 ignores them."
+    )
+    allowed_failed_percent: float = Field(
+        100, ge=0, le=100, description="Percent of mini-batches allowed to fail (0-100)."
+    )
+    output_action: Literal["append_row", "summary_only"] = Field(
+        "append_row", description="append_row: gather every returned row in one file; summary_only: only count results."
+    )
+    append_row_file_name: str = Field(
+        "parallel_run_step.txt",
+        description="Output file name; its extension sets the format (.txt, .csv, .parquet, .jsonl).",
+    )
 
     # Workers.
     node_count: int = Field(1, ge=1, description="Number of nodes.")
-    process_count_per_node: int | None = Field(None, ge=1, description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count.")
-    logging_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field("INFO", description="Level of the root logger in workers.")
-    run_invocation_timeout: float = Field(60, gt=0, description="Seconds one run() call may take before the worker is killed and the attempt fails.")
+    process_count_per_node: int | None = Field(
+        None, ge=1, description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count."
+    )
+    logging_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        "INFO", description="Level of the root logger in workers."
+    )
+    run_invocation_timeout: float = Field(
+        60, gt=0, description="Seconds one run() call may take before the worker is killed and the attempt fails."
+    )
     run_max_try: int = Field(3, ge=1, description="Attempts per mini-batch, the first included.")
-    allow_reuse: bool = Field(True, description="Reuse results of an earlier run with the same inputs, script and settings.")
-    reuse_fingerprint: Literal["stat", "content"] = Field("stat", description="How inputs are fingerprinted for reuse: path, size and modification time, or content hash.")
+    allow_reuse: bool = Field(
+        True, description="Reuse results of an earlier run with the same inputs, script and settings."
+    )
+    reuse_fingerprint: Literal["stat", "content"] = Field(
+        "stat", description="How inputs are fingerprinted for reuse: path, size and modification time, or content hash."
+    )
 
     # Fault tolerance and observability.
-    fault_tolerant_policy: Literal["OnFailure", "ExitCodeAndErrorMsg", "Never"] = Field("OnFailure", description="Which failed attempts are retried: any, only retryable errors, or none.")
-    retryable_errors: list[str] = Field(default_factory=list, description="Substrings or regexes of retryable errors (ExitCodeAndErrorMsg).")
-    retryable_exit_codes: list[int] = Field(default_factory=list, description="Worker exit codes that are retryable (ExitCodeAndErrorMsg).")
-    max_same_error: int = Field(-1, ge=-1, description="Stop the job once the same error has failed this many mini-batches; -1 off.")
-    max_tolerated_failure_rate: float = Field(-1, ge=-1, le=1, description="Fail the job once this fraction of finished mini-batches failed (0-1); -1 off.")
+    fault_tolerant_policy: Literal["OnFailure", "ExitCodeAndErrorMsg", "Never"] = Field(
+        "OnFailure", description="Which failed attempts are retried: any, only retryable errors, or none."
+    )
+    retryable_errors: list[str] = Field(
+        default_factory=list, description="Substrings or regexes of retryable errors (ExitCodeAndErrorMsg)."
+    )
+    retryable_exit_codes: list[int] = Field(
+        default_factory=list, description="Worker exit codes that are retryable (ExitCodeAndErrorMsg)."
+    )
+    max_same_error: int = Field(
+        -1, ge=-1, description="Stop the job once the same error has failed this many mini-batches; -1 off."
+    )
+    max_tolerated_failure_rate: float = Field(
+        -1, ge=-1, le=1, description="Fail the job once this fraction of finished mini-batches failed (0-1); -1 off."
+    )
     max_job_restarts: int = Field(0, ge=0, description="Restarts of the step after a system error of the driver.")
-    hang_detection: bool = Field(True, description="Fail the job when no mini-batch completes within progress_update_timeout.")
-    progress_update_timeout: float | None = Field(None, gt=0, description="Seconds without a completed mini-batch before the job fails; default 3 x (run_invocation_timeout + 30).")
-    first_task_creation_timeout: float = Field(600, gt=0, description="Seconds allowed until the first mini-batch is handed to a worker, and at most waited for another run of the same step on the same inputs to end.")
-    worker_memory_limit: int | str | None = Field(None, description="A worker above this memory (bytes or 4GB) is stopped and the attempt fails as OutOfMemory.")
-    resource_monitor_interval: float = Field(600, ge=0, description="Seconds between resource usage samples in logs/perf; 0 turns it off.")
-    profiling_module: Literal["cProfile"] | None = Field(None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker.")
+    hang_detection: bool = Field(
+        True, description="Fail the job when no mini-batch completes within progress_update_timeout."
+    )
+    progress_update_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds without a completed mini-batch before the job fails; default 3 x (run_invocation_timeout + 30).",
+    )
+    first_task_creation_timeout: float = Field(
+        600,
+        gt=0,
+        description="Seconds allowed until the first mini-batch is handed to a worker, and at most waited for another run of the same step on the same inputs to end.",
+    )
+    worker_memory_limit: int | str | None = Field(
+        None, description="A worker above this memory (bytes or 4GB) is stopped and the attempt fails as OutOfMemory."
+    )
+    resource_monitor_interval: float = Field(
+        600, ge=0, description="Seconds between resource usage samples in logs/perf; 0 turns it off."
+    )
+    profiling_module: Literal["cProfile"] | None = Field(
+        None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker."
+    )
 
     # Execution.
-    backend: Literal["local", "ray"] = Field("local", description="local: worker processes on this machine; ray: Ray actors across a cluster.")
-    ray_address: str | None = Field(None, description="Ray cluster address (default RAY_ADDRESS, else a local Ray started for the run).")
-    run_root: str | None = Field(None, description="Folder of run directories; default PARALLEL_STEPS_HOME or ./.parallel_steps.")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: worker processes on this machine; ray: Ray actors across a cluster."
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster address (default RAY_ADDRESS, else a local Ray started for the run)."
+    )
+    run_root: str | None = Field(
+        None, description="Folder of run directories; default PARALLEL_STEPS_HOME or ./.parallel_steps."
+    )
 
     @field_validator("name")
     @classmethod
@@ -181,8 +251,11 @@ class ParallelRunConfig(BaseModel):
         if len(kinds) > 1:
             raise ConfigError("inputs", "mixes files and tabular datasets", "use one type per step")
         if FileDataset in kinds and is_size_with_unit(self.mini_batch_size):
-            raise ConfigError("mini_batch_size", f"{self.mini_batch_size!r} is a size but the inputs are files",
-                              "use a file count, e.g. 10")
+            raise ConfigError(
+                "mini_batch_size",
+                f"{self.mini_batch_size!r} is a size but the inputs are files",
+                "use a file count, e.g. 10",
+            )
         if self.partition_keys and FileDataset in kinds:
             raise ConfigError("partition_keys", "needs tabular inputs", "use TabularDataset")
         return self

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .config import ParallelRunConfig
 from .faults import RetryPolicy, error_line, signature
 from .inputs.minibatch import MiniBatch
-from .pool.base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, Ready, WorkerInfo,
-                        WorkerPool)
+from .pool.base import Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, Ready, WorkerInfo, WorkerPool
 from .store.ledger import Ledger
 from .store.logs import RunLogs, timestamp
 from .store.runs import cancel_requested
@@ -30,9 +29,9 @@ from .store.runs import cancel_requested
 if TYPE_CHECKING:
     from .worker.runtime import Outcome
 
-_TICK_S = 0.5           # the longest the loop waits without looking at the clock and the cancel flag
+_TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
 _PROGRESS_EVERY_S = 2.0
-_COMMIT_EVERY_S = 0.1   # a killed driver loses the results of the last moment; they run again on resume
+_COMMIT_EVERY_S = 0.1  # a killed driver loses the results of the last moment; they run again on resume
 _INIT_FAILURE_GRACE_S = 120.0
 _MIN_FINISHED_FOR_RATE = 10
 
@@ -88,10 +87,10 @@ class _Attempt:
 
 @dataclass
 class _ErrorGroup:
-    count: int = 0                                        # failed attempts
+    count: int = 0  # failed attempts
     first: str = ""
     examples: list[str] = field(default_factory=list)
-    mini_batches: set[int] = field(default_factory=set)   # distinct mini-batches it failed
+    mini_batches: set[int] = field(default_factory=set)  # distinct mini-batches it failed
 
 
 def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | None:
@@ -100,27 +99,46 @@ def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | Non
     if 0 <= config.error_threshold < counters.items_failed:
         return f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items failed"
     if 0 <= config.mini_batch_error_threshold < counters.mini_batches_failed:
-        return (f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
-                f"{counters.mini_batches_failed} mini-batches failed")
+        return (
+            f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
+            f"{counters.mini_batches_failed} mini-batches failed"
+        )
     total = max(1, counters.mini_batches_total)
     if not counters.planning and 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
-        return (f"allowed_failed_percent {config.allowed_failed_percent:g} exceeded: "
-                f"{counters.mini_batches_failed} of {counters.mini_batches_total} mini-batches failed")
+        return (
+            f"allowed_failed_percent {config.allowed_failed_percent:g} exceeded: "
+            f"{counters.mini_batches_failed} of {counters.mini_batches_total} mini-batches failed"
+        )
     finished = counters.done - counters.mini_batches_reused
-    if (config.max_tolerated_failure_rate >= 0 and finished >= _MIN_FINISHED_FOR_RATE
-            and counters.mini_batches_failed / finished > config.max_tolerated_failure_rate):
-        return (f"max_tolerated_failure_rate {config.max_tolerated_failure_rate:g} exceeded: "
-                f"{counters.mini_batches_failed} of {finished} finished mini-batches failed")
+    if (
+        config.max_tolerated_failure_rate >= 0
+        and finished >= _MIN_FINISHED_FOR_RATE
+        and counters.mini_batches_failed / finished > config.max_tolerated_failure_rate
+    ):
+        return (
+            f"max_tolerated_failure_rate {config.max_tolerated_failure_rate:g} exceeded: "
+            f"{counters.mini_batches_failed} of {finished} finished mini-batches failed"
+        )
     return None
 
 
 class Driver:
     """Runs the pending mini-batches of one run to an outcome."""
 
-    def __init__(self, config: ParallelRunConfig, ledger: Ledger, pending: Iterator[MiniBatch], logs: RunLogs,
-                 logger: logging.Logger, pool: WorkerPool, counters: Counters, on_progress: ProgressCallback | None = None,
-                 on_event: EventCallback | None = None, cancel: threading.Event | None = None,
-                 run_dir: Path | None = None):
+    def __init__(
+        self,
+        config: ParallelRunConfig,
+        ledger: Ledger,
+        pending: Iterator[MiniBatch],
+        logs: RunLogs,
+        logger: logging.Logger,
+        pool: WorkerPool,
+        counters: Counters,
+        on_progress: ProgressCallback | None = None,
+        on_event: EventCallback | None = None,
+        cancel: threading.Event | None = None,
+        run_dir: Path | None = None,
+    ):
         self.config = config
         self.ledger = ledger
         self.logs = logs
@@ -132,8 +150,9 @@ class Driver:
         self.cancel = cancel or threading.Event()
         self.run_dir = run_dir
         self._next_cancel_check = 0.0
-        self.policy = RetryPolicy(config.fault_tolerant_policy, config.run_max_try, config.retryable_errors,
-                                  config.retryable_exit_codes)
+        self.policy = RetryPolicy(
+            config.fault_tolerant_policy, config.run_max_try, config.retryable_errors, config.retryable_exit_codes
+        )
         self.errors: dict[str, _ErrorGroup] = {}
         self._pending = pending  # in plan order, each already in the ledger
         self._pending_done = False
@@ -142,7 +161,7 @@ class Driver:
         self._ready: dict[str, WorkerInfo] = {}
         self._queued: dict[str, collections.deque[_Attempt]] = {}  # per ready worker, in run order
         self._log_duration: float | None = None  # moving average of log(duration): a worker descheduled
-                                                 # for a few ms in one mini-batch barely moves it
+        # for a few ms in one mini-batch barely moves it
         self._starting: dict[str, float] = {}  # "<node>/<slot>" -> when its worker was started
         self._init_failures_by_node: collections.Counter[int] = collections.Counter()
         self._stopped_nodes: set[int] = set()
@@ -255,8 +274,12 @@ class Driver:
             self._forget_starting(event.worker)
             self._ready[event.worker.id] = event.worker
             self._queued[event.worker.id] = collections.deque()
-            self.log.info("%s ready (pid %s%s)", event.worker.id, event.worker.pid,
-                          f", CUDA_VISIBLE_DEVICES={event.worker.gpu}" if event.worker.gpu is not None else "")
+            self.log.info(
+                "%s ready (pid %s%s)",
+                event.worker.id,
+                event.worker.pid,
+                f", CUDA_VISIBLE_DEVICES={event.worker.gpu}" if event.worker.gpu is not None else "",
+            )
         elif isinstance(event, Finished):
             self._finished(event)
         elif isinstance(event, Lost):
@@ -271,8 +294,9 @@ class Driver:
             limit = "no limit" if event.seconds is None else f"{event.seconds:g} s"
             self.log.info("%s set the run() timeout of its current mini-batch to %s", event.worker.id, limit)
             # The job-level no-progress check gives that mini-batch the same room.
-            self._exempt[event.worker.id] = float("inf") if event.seconds is None else \
-                time.monotonic() + event.seconds + 30
+            self._exempt[event.worker.id] = (
+                float("inf") if event.seconds is None else time.monotonic() + event.seconds + 30
+            )
 
     def _finished(self, event: Finished) -> None:
         self._exempt.pop(event.worker.id, None)
@@ -304,11 +328,19 @@ class Driver:
         self.log.warning("%s lost (%s): %s; starting a replacement", event.worker.id, event.reason, event.detail)
         if current is not None:
             outcome = "out_of_memory" if event.reason == "out_of_memory" else event.reason
-            self._attempt_failed(event.worker, current, current.items, outcome, event.detail, event.exit_code,
-                                 time.time() - current.started)
+            self._attempt_failed(
+                event.worker,
+                current,
+                current.items,
+                outcome,
+                event.detail,
+                event.exit_code,
+                time.time() - current.started,
+            )
 
-    def _succeeded(self, worker: WorkerInfo, current: _Attempt, items: int | None, outcome: Outcome,
-                   duration: float) -> None:
+    def _succeeded(
+        self, worker: WorkerInfo, current: _Attempt, items: int | None, outcome: Outcome, duration: float
+    ) -> None:
         mb, counters, returned = current.mini_batch, self.counters, outcome.returned
         items = items if items is not None else returned
         failed = max(0, items - returned)
@@ -317,26 +349,44 @@ class Driver:
         counters.items_succeeded += items - failed
         counters.items_failed += failed
         self._last_completion = time.monotonic()
-        self.ledger.succeed(mb.index, current.attempt, outcome.part, returned, failed, items, worker.id, duration,
-                            outcome.fingerprint)
+        self.ledger.succeed(
+            mb.index, current.attempt, outcome.part, returned, failed, items, worker.id, duration, outcome.fingerprint
+        )
         self._record(worker, current, items, items - failed, failed, "succeeded", duration)
         if failed:
-            self.log.warning("mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed)
+            self.log.warning(
+                "mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed
+            )
             self._check_thresholds()
 
-    def _attempt_failed(self, worker: WorkerInfo, current: _Attempt, items: int | None, outcome: str,
-                        error: str | None, exit_code: int | None, duration: float) -> None:
+    def _attempt_failed(
+        self,
+        worker: WorkerInfo,
+        current: _Attempt,
+        items: int | None,
+        outcome: str,
+        error: str | None,
+        exit_code: int | None,
+        duration: float,
+    ) -> None:
         mb = current.mini_batch
         error = error or "unknown error"
-        self.ledger.record_attempt(mb.index, current.attempt, worker.id, worker.pid, current.started, outcome,
-                                   error_line(error), exit_code)
+        self.ledger.record_attempt(
+            mb.index, current.attempt, worker.id, worker.pid, current.started, outcome, error_line(error), exit_code
+        )
         self._record(worker, current, items, 0, items, outcome, duration, error_line(error))
         self._group_error(error, mb, worker)
         if self.policy.should_retry(current.attempt, error, exit_code):
             self.counters.attempts_retried += 1
             self._retry.append((mb, current.attempt + 1))
-            self.log.warning("mini-batch %d attempt %d %s on %s: %s; retrying", mb.index, current.attempt,
-                             outcome.replace("_", " "), worker.id, error_line(error))
+            self.log.warning(
+                "mini-batch %d attempt %d %s on %s: %s; retrying",
+                mb.index,
+                current.attempt,
+                outcome.replace("_", " "),
+                worker.id,
+                error_line(error),
+            )
             return
         counters = self.counters
         counters.mini_batches_failed += 1
@@ -344,8 +394,9 @@ class Driver:
         counters.items_failed += items or 0
         self._last_completion = time.monotonic()
         self.ledger.fail(mb.index, current.attempt, error_line(error), exit_code, items, worker.id, duration)
-        self.log.error("mini-batch %d failed after %d attempt(s) (%s): %s", mb.index, current.attempt, outcome,
-                       error_line(error))
+        self.log.error(
+            "mini-batch %d failed after %d attempt(s) (%s): %s", mb.index, current.attempt, outcome, error_line(error)
+        )
         self.emit("mini_batch_failed", mini_batch=mb.index, attempts=current.attempt, error=error_line(error))
         self._check_thresholds()
 
@@ -361,8 +412,11 @@ class Driver:
         if self._init_failures_by_node[worker.node_index] >= 3 * settings.process_count_per_node:
             if worker.node_index not in self._stopped_nodes:
                 self._stopped_nodes.add(worker.node_index)
-                self.log.error("node %s: init() failed %d times; no more workers start there", worker.node_id,
-                               self._init_failures_by_node[worker.node_index])
+                self.log.error(
+                    "node %s: init() failed %d times; no more workers start there",
+                    worker.node_id,
+                    self._init_failures_by_node[worker.node_index],
+                )
         else:
             self._replace(worker, "init_failed", error_line(event.error))
         self._check_init_policy()
@@ -378,11 +432,33 @@ class Driver:
 
     # Bookkeeping --------------------------------------------------------------------------------
 
-    def _record(self, worker: WorkerInfo, current: _Attempt, items: int | None, succeeded: int | None,
-                failed: int | None, outcome: str, duration: float, error: str = "") -> None:
-        self.logs.record_attempt([
-            current.mini_batch.index, current.attempt, worker.node_id, worker.process_name, worker.pid, items,
-            succeeded, failed, outcome, timestamp(current.started), f"{duration:.3f}", error])
+    def _record(
+        self,
+        worker: WorkerInfo,
+        current: _Attempt,
+        items: int | None,
+        succeeded: int | None,
+        failed: int | None,
+        outcome: str,
+        duration: float,
+        error: str = "",
+    ) -> None:
+        self.logs.record_attempt(
+            [
+                current.mini_batch.index,
+                current.attempt,
+                worker.node_id,
+                worker.process_name,
+                worker.pid,
+                items,
+                succeeded,
+                failed,
+                outcome,
+                timestamp(current.started),
+                f"{duration:.3f}",
+                error,
+            ]
+        )
         self._dirty = True
 
     def _group_error(self, error: str, mb: MiniBatch | None, worker: WorkerInfo) -> None:
@@ -390,13 +466,17 @@ class Driver:
         group.count += 1
         if len(group.examples) < 3:
             where = f"mini-batch {mb.index}" if mb is not None else "init()"
-            group.examples.append(f"{where} on {worker.id} (logs/user/error/{worker.node_id}/{worker.process_name}.txt)")
+            group.examples.append(
+                f"{where} on {worker.id} (logs/user/error/{worker.node_id}/{worker.process_name}.txt)"
+            )
         if mb is None:
             return
         group.mini_batches.add(mb.index)
         if 0 < self.config.max_same_error <= len(group.mini_batches):
-            raise JobFailed(f"max_same_error {self.config.max_same_error} reached: the same error failed "
-                            f"{len(group.mini_batches)} mini-batches: {group.first} (first in {group.examples[0]})")
+            raise JobFailed(
+                f"max_same_error {self.config.max_same_error} reached: the same error failed "
+                f"{len(group.mini_batches)} mini-batches: {group.first} (first in {group.examples[0]})"
+            )
 
     def _commit(self, force: bool = True) -> None:
         now = time.monotonic()
@@ -417,13 +497,19 @@ class Driver:
         settings = self.pool.settings
         alive = len(self._ready) + len(self._starting)
         if len(self._stopped_nodes) == settings.node_count and alive == 0:
-            raise JobFailed(f"init() failed {self.counters.init_failures} times on every node; no worker could start. "
-                            f"Last error: {error_line(self._init_errors[-1])}")
+            raise JobFailed(
+                f"init() failed {self.counters.init_failures} times on every node; no worker could start. "
+                f"Last error: {error_line(self._init_errors[-1])}"
+            )
         elapsed = time.monotonic() - self._started
-        if (elapsed >= _INIT_FAILURE_GRACE_S
-                and self.counters.init_failures >= 2 * settings.node_count * settings.process_count_per_node):
-            raise JobFailed(f"init() failed {self.counters.init_failures} times in {elapsed:.0f} s. "
-                            f"Last error: {error_line(self._init_errors[-1])}")
+        if (
+            elapsed >= _INIT_FAILURE_GRACE_S
+            and self.counters.init_failures >= 2 * settings.node_count * settings.process_count_per_node
+        ):
+            raise JobFailed(
+                f"init() failed {self.counters.init_failures} times in {elapsed:.0f} s. "
+                f"Last error: {error_line(self._init_errors[-1])}"
+            )
 
     def _check_job_health(self) -> None:
         """Init policy, no-progress and first-task timeouts."""
@@ -434,15 +520,21 @@ class Driver:
             stuck = max(self._starting.values())
             bound = 3 * config.run_invocation_timeout + 30
             if now - stuck > bound:
-                raise JobFailed(f"every worker has been in init() for more than {bound:g} s "
-                                f"(3 x run_invocation_timeout + 30 s); no progress")
+                raise JobFailed(
+                    f"every worker has been in init() for more than {bound:g} s "
+                    f"(3 x run_invocation_timeout + 30 s); no progress"
+                )
         if self._first_dispatch is None and now - self._started > config.first_task_creation_timeout:
-            raise JobFailed(f"no mini-batch was handed to a worker within first_task_creation_timeout "
-                            f"{config.first_task_creation_timeout:g} s")
+            raise JobFailed(
+                f"no mini-batch was handed to a worker within first_task_creation_timeout "
+                f"{config.first_task_creation_timeout:g} s"
+            )
         exempt = any(until > now for until in self._exempt.values())
         if config.hang_detection and not exempt and now - self._last_completion > config.progress_timeout:
-            raise JobFailed(f"no mini-batch completed for {config.progress_timeout:g} s (progress_update_timeout); "
-                            f"the job looks hung. Stacks of hung workers are in logs/user/error/")
+            raise JobFailed(
+                f"no mini-batch completed for {config.progress_timeout:g} s (progress_update_timeout); "
+                f"the job looks hung. Stacks of hung workers are in logs/user/error/"
+            )
 
     def _first_errors(self, limit: int = 3) -> str:
         groups = sorted(self.errors.values(), key=lambda g: -g.count)[:limit]
@@ -453,8 +545,10 @@ class Driver:
     def _final_status(self) -> tuple[str, str]:
         counters = self.counters
         if counters.mini_batches_failed or counters.items_failed:
-            return "Succeeded", (f"{counters.items_failed} items in {counters.mini_batches_failed} failed mini-batches "
-                                 f"were within the thresholds. {self._first_errors()}").strip()
+            return "Succeeded", (
+                f"{counters.items_failed} items in {counters.mini_batches_failed} failed mini-batches "
+                f"were within the thresholds. {self._first_errors()}"
+            ).strip()
         return "Succeeded", "every mini-batch succeeded"
 
     # Progress ------------------------------------------------------------------------------------
@@ -464,15 +558,21 @@ class Driver:
         ran = counters.done - counters.mini_batches_reused
         remaining = counters.mini_batches_total - counters.done
         rate = ran / elapsed if elapsed > 0 else 0.0
-        return dict(mini_batches_total=counters.mini_batches_total, mini_batches_done=counters.done,
-                    mini_batches_succeeded=counters.mini_batches_succeeded,
-                    mini_batches_failed=counters.mini_batches_failed, mini_batches_reused=counters.mini_batches_reused,
-                    items_succeeded=counters.items_succeeded, items_failed=counters.items_failed,
-                    attempts_retried=counters.attempts_retried, elapsed_s=round(elapsed, 3),
-                    rate_per_s=round(rate, 3),
-                    eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
-                    workers_busy=sum(1 for q in self._queued.values() if q),
-                    workers_idle=sum(1 for q in self._queued.values() if not q))
+        return dict(
+            mini_batches_total=counters.mini_batches_total,
+            mini_batches_done=counters.done,
+            mini_batches_succeeded=counters.mini_batches_succeeded,
+            mini_batches_failed=counters.mini_batches_failed,
+            mini_batches_reused=counters.mini_batches_reused,
+            items_succeeded=counters.items_succeeded,
+            items_failed=counters.items_failed,
+            attempts_retried=counters.attempts_retried,
+            elapsed_s=round(elapsed, 3),
+            rate_per_s=round(rate, 3),
+            eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
+            workers_busy=sum(1 for q in self._queued.values() if q),
+            workers_idle=sum(1 for q in self._queued.values() if not q),
+        )
 
     def _report_progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -488,7 +588,8 @@ class Driver:
             f"{snapshot['mini_batches_reused']} reused).\n"
             f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed; "
             f"{snapshot['attempts_retried']} attempts retried.\n"
-            f"Rate {snapshot['rate_per_s']:g} mini-batches/s; ETA {eta}.\n")
+            f"Rate {snapshot['rate_per_s']:g} mini-batches/s; ETA {eta}.\n"
+        )
         if self.on_progress:
             try:
                 self.on_progress(snapshot)

@@ -10,10 +10,19 @@ import re
 
 #: Transient errors that `ExitCodeAndErrorMsg` retries without being told.
 BUILTIN_RETRYABLE = (
-    r"connection (reset|refused|aborted)", r"broken pipe", r"timed? ?out", r"temporar(il)?y unavailable",
-    r"too many requests", r"service unavailable", r"\b(502|503|504)\b", r"cuda out of memory",
-    r"cuda error: (an illegal memory access|unspecified launch failure)", r"nccl", r"outofmemory",
-    r"resource temporarily unavailable", r"remote end closed connection",
+    r"connection (reset|refused|aborted)",
+    r"broken pipe",
+    r"timed? ?out",
+    r"temporar(il)?y unavailable",
+    r"too many requests",
+    r"service unavailable",
+    r"\b(502|503|504)\b",
+    r"cuda out of memory",
+    r"cuda error: (an illegal memory access|unspecified launch failure)",
+    r"nccl",
+    r"outofmemory",
+    r"resource temporarily unavailable",
+    r"remote end closed connection",
     r"run\(\) exceeded \d",  # the worker hung past run_invocation_timeout
 )
 

@@ -69,8 +69,13 @@ def submit(config, run_id: str | None = None, run_dir: str | os.PathLike | None 
     (folder / "step.json").write_text(config.model_dump_json())
     _queued(folder, run_id, config.name, pid=None)
     with open(folder / "driver.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "parallel_steps.jobs", str(folder), run_id],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "parallel_steps.jobs", str(folder), run_id],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     index = RunIndex(config.resolved_run_root())
     try:
         index.register(run_id, config.name, folder, "Queued", pid=process.pid)
@@ -80,8 +85,18 @@ def submit(config, run_id: str | None = None, run_dir: str | os.PathLike | None 
 
 
 def _queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
-    write_summary(run_dir, dict(run_id=run_id, name=name, status="Queued", status_reason="planning",
-                                run_dir=str(run_dir), pid=pid, host=os.uname().nodename))
+    write_summary(
+        run_dir,
+        dict(
+            run_id=run_id,
+            name=name,
+            status="Queued",
+            status_reason="planning",
+            run_dir=str(run_dir),
+            pid=pid,
+            host=os.uname().nodename,
+        ),
+    )
 
 
 def _run_detached(run_dir: str, run_id: str) -> int:
@@ -100,8 +115,10 @@ def _run_detached(run_dir: str, run_id: str) -> int:
     except StepFailed:
         return 1
     except Exception as exc:  # found in the background (e.g. an input error): the run failed with it
-        write_summary(Path(run_dir), dict(read_summary(Path(run_dir)) or {}, status="Failed",
-                                          status_reason=f"{type(exc).__name__}: {exc}"))
+        write_summary(
+            Path(run_dir),
+            dict(read_summary(Path(run_dir)) or {}, status="Failed", status_reason=f"{type(exc).__name__}: {exc}"),
+        )
         return 2
     return 0
 
@@ -143,19 +160,28 @@ class RunHandle:
 def run_status(run: str, run_root: str | None = None, mini_batches: bool = False) -> dict[str, Any]:
     """The summary of a run, with live counts from its ledger while it runs."""
     run_dir = resolve_run(run, run_root)
-    summary = read_summary(run_dir) or {"run_id": run_dir.name, "status": "Queued", "status_reason": "not started",
-                                        "run_dir": str(run_dir)}
+    summary = read_summary(run_dir) or {
+        "run_id": run_dir.name,
+        "status": "Queued",
+        "status_reason": "not started",
+        "run_dir": str(run_dir),
+    }
     if summary["status"] in ACTIVE and not driver_alive(summary):
-        summary.update(status="Failed", status_reason="the driver process is gone (killed, or its machine lost); "
-                                                      "rerun the step to resume it")
+        summary.update(
+            status="Failed",
+            status_reason="the driver process is gone (killed, or its machine lost); rerun the step to resume it",
+        )
     ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
     if ledger is None:
         return summary
     try:
         counts = ledger.counts()
         if summary["status"] in ACTIVE:
-            summary.update(mini_batches_total=sum(counts.values()), mini_batches_succeeded=counts.get("succeeded", 0),
-                           mini_batches_failed=counts.get("failed", 0))
+            summary.update(
+                mini_batches_total=sum(counts.values()),
+                mini_batches_succeeded=counts.get("succeeded", 0),
+                mini_batches_failed=counts.get("failed", 0),
+            )
         summary["mini_batches_pending"] = counts.get("pending", 0)
         if mini_batches:
             summary["mini_batches"] = ledger.rows()
@@ -186,8 +212,9 @@ def cancel(run: str, run_root: str | None = None, reason: str = "canceled by the
 # Logs -------------------------------------------------------------------------------------
 
 
-def logs(run: str, run_root: str | None = None, mini_batch: int | None = None, stderr: bool = False,
-         follow: bool = False) -> Iterator[str]:
+def logs(
+    run: str, run_root: str | None = None, mini_batch: int | None = None, stderr: bool = False, follow: bool = False
+) -> Iterator[str]:
     """The driver's log (`master_role.txt`), or workers' stderr, or everything about one mini-batch;
     with `follow`, keep printing new lines until the run ends."""
     run_dir = resolve_run(run, run_root)
@@ -202,7 +229,7 @@ def logs(run: str, run_root: str | None = None, mini_batch: int | None = None, s
 
 
 def _tail(files: list[Path], follow: bool, ended) -> Iterator[str]:
-    offsets = {path: 0 for path in files}
+    offsets = dict.fromkeys(files, 0)
     while True:
         done = ended() if follow else True
         for path in offsets:
@@ -231,18 +258,25 @@ def _mini_batch_logs(run_dir: Path, index: int, stderr: bool) -> Iterator[str]:
     if not rows:
         raise InputError(str(index), f"no mini-batch with this id in {run_dir}")
     row = rows[0]
-    yield (f"mini-batch {index}: {row['state']} after {row['attempts']} attempt(s); {row['source']}\n"
-           f"  items {row['items']}, returned {row['returned']}, failed items {row['items_failed']}, "
-           f"worker {row['worker']}, duration {row['duration'] or 0:.3f} s\n")
+    yield (
+        f"mini-batch {index}: {row['state']} after {row['attempts']} attempt(s); {row['source']}\n"
+        f"  items {row['items']}, returned {row['returned']}, failed items {row['items_failed']}, "
+        f"worker {row['worker']}, duration {row['duration'] or 0:.3f} s\n"
+    )
     for attempt in attempts:
         code = "" if attempt["exit_code"] is None else f" (exit code {attempt['exit_code']})"
-        yield (f"  attempt {attempt['attempt']} on {attempt['worker']} (pid {attempt['pid']}): "
-               f"{attempt['outcome']}{code}: {attempt['error']}\n")
+        yield (
+            f"  attempt {attempt['attempt']} on {attempt['worker']} (pid {attempt['pid']}): "
+            f"{attempt['outcome']}{code}: {attempt['error']}\n"
+        )
     workers = {w for w in [row["worker"], *(a["worker"] for a in attempts)] if w}
     marker = re.compile(rf"mini-batch {index} attempt \d+|mini_batch={index} |on mini-batch {index}\b")
     for worker in sorted(workers):
         node, process = worker.split("/")
-        for path in (run_dir / f"logs/sys/node/{node}/{process}.txt", run_dir / f"logs/user/error/{node}/{process}.txt"):
+        for path in (
+            run_dir / f"logs/sys/node/{node}/{process}.txt",
+            run_dir / f"logs/user/error/{node}/{process}.txt",
+        ):
             yield from _sections(path, marker)
         if stderr:
             path = run_dir / f"logs/user/stderr/{node}/{process}.stderr.txt"
@@ -281,8 +315,9 @@ def list_runs(run_root: str | None = None, name: str | None = None) -> list[dict
     return records
 
 
-def clean(run_root: str | None = None, older_than_s: float | None = None, keep: int | None = None,
-          name: str | None = None) -> list[str]:
+def clean(
+    run_root: str | None = None, older_than_s: float | None = None, keep: int | None = None, name: str | None = None
+) -> list[str]:
     """Remove run directories older than `older_than_s` or beyond the `keep` newest; never a running one."""
     if older_than_s is None and keep is None:
         raise ParallelStepsError("clean needs --older-than or --keep")
@@ -293,7 +328,9 @@ def clean(run_root: str | None = None, older_than_s: float | None = None, keep: 
     index = RunIndex(root)
     try:
         for position, record in enumerate(records):
-            too_old = older_than_s is not None and now - (record["ended_at"] or record["started_at"] or now) > older_than_s
+            too_old = (
+                older_than_s is not None and now - (record["ended_at"] or record["started_at"] or now) > older_than_s
+            )
             too_many = keep is not None and position >= keep
             if too_old or too_many:
                 shutil.rmtree(record["run_dir"], ignore_errors=True)

@@ -53,8 +53,14 @@ class ResourceMonitor:
         now = time.time()
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
         memory = psutil.virtual_memory()
-        node_row = [stamp, psutil.cpu_percent(), memory.total >> 20, memory.used >> 20, memory.percent,
-                    os.getloadavg()[0]]
+        node_row = [
+            stamp,
+            psutil.cpu_percent(),
+            memory.total >> 20,
+            memory.used >> 20,
+            memory.percent,
+            os.getloadavg()[0],
+        ]
         disk = psutil.disk_usage(str(self.disk_path))
         disk_row = [stamp, str(self.disk_path), disk.total >> 20, disk.used >> 20, disk.free >> 20, disk.percent]
         snapshot = _process_table()
@@ -63,10 +69,17 @@ class ResourceMonitor:
             folder = self.logs.perf_dir(node_id)
             _append(folder / "node_resource_usage.csv", NODE_COLUMNS, [node_row])
             _append(folder / "node_disk_usage.csv", DISK_COLUMNS, [disk_row])
-            _append(folder / "processes_resource_usage.csv", PROCESS_COLUMNS,
-                    [_process_row(stamp, name, pid) for name, pid in workers.get(node_id, [])])
-            snapshot_file = folder / "os" / time.strftime("%Y%m%d%H", time.localtime(now)) / \
-                time.strftime("processes_%M", time.localtime(now))
+            _append(
+                folder / "processes_resource_usage.csv",
+                PROCESS_COLUMNS,
+                [_process_row(stamp, name, pid) for name, pid in workers.get(node_id, [])],
+            )
+            snapshot_file = (
+                folder
+                / "os"
+                / time.strftime("%Y%m%d%H", time.localtime(now))
+                / time.strftime("processes_%M", time.localtime(now))
+            )
             snapshot_file.parent.mkdir(parents=True, exist_ok=True)
             snapshot_file.write_text(snapshot)
 
@@ -76,8 +89,16 @@ def _process_row(stamp: str, name: str, pid: int) -> list:
         process = psutil.Process(pid)
         with process.oneshot():
             memory = process.memory_info()
-            return [stamp, name, pid, process.cpu_percent(), memory.rss >> 20, memory.vms >> 20,
-                    process.num_threads(), len(process.children(recursive=True))]
+            return [
+                stamp,
+                name,
+                pid,
+                process.cpu_percent(),
+                memory.rss >> 20,
+                memory.vms >> 20,
+                process.num_threads(),
+                len(process.children(recursive=True)),
+            ]
     except psutil.Error:
         return [stamp, name, pid, "", "", "", "", ""]
 

@@ -24,7 +24,7 @@ def gpu_ids() -> list[str]:
             listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
         except (OSError, subprocess.SubprocessError):
             return []
-        return [str(i) for i, line in enumerate(l for l in listing.splitlines() if l.startswith("GPU "))]
+        return [str(i) for i in range(sum(line.startswith("GPU ") for line in listing.splitlines()))]
     return []
 
 

@@ -24,8 +24,13 @@ _SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".p
 RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action")
 
 
-def code_key(config: ParallelRunConfig, entry_script: Path | None, entry_callables: bytes | None,
-             side_inputs: dict[str, str], skip: Iterable[Path] = ()) -> str:
+def code_key(
+    config: ParallelRunConfig,
+    entry_script: Path | None,
+    entry_callables: bytes | None,
+    side_inputs: dict[str, str],
+    skip: Iterable[Path] = (),
+) -> str:
     """The key of everything except the inputs; `skip` leaves run and output folders out of the source tree."""
     digest = hashlib.sha256(f"parallel-steps {__version__}\n".encode())
     if entry_callables is not None:
@@ -61,4 +66,3 @@ def _tree(digest, root: Path, mode: str, skip: set[Path]) -> None:
                 digest.update(file_identity(path, os.stat(path), mode, name=os.path.relpath(path, root)))
             except OSError:
                 continue  # vanished or unreadable: not part of the code
-

@@ -39,13 +39,20 @@ from .store.runs import CANCEL_FILE, RunIndex, key_lock, new_run_id, read_summar
 from .worker.runtime import WorkerSpec
 
 _SIDE_INPUT_REF = re.compile(r"\$\{side_inputs\.([A-Za-z0-9_.-]+)\}")
-_REUSE_SOURCES = 5        # earlier runs whose finished mini-batches a run looks up
-_PLAN_CHUNK = 100       # mini-batches planned at a time: a few milliseconds of the driver
+_REUSE_SOURCES = 5  # earlier runs whose finished mini-batches a run looks up
+_PLAN_CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 
 
-def run_step(config: ParallelRunConfig, *, run_dir: str | os.PathLike | None = None, run_id: str | None = None,
-             on_progress: ProgressCallback | None = None, on_event: EventCallback | None = None,
-             cancel: threading.Event | None = None, entry_callables: bytes | None = None) -> dict[str, Any]:
+def run_step(
+    config: ParallelRunConfig,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    run_id: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_event: EventCallback | None = None,
+    cancel: threading.Event | None = None,
+    entry_callables: bytes | None = None,
+) -> dict[str, Any]:
     """Run one parallel step to its end and return the run summary.
 
     Args:
@@ -74,8 +81,9 @@ def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -
     return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
 
 
-def _code_key(config: ParallelRunConfig, script: Path | None, entry_callables: bytes | None,
-              side_inputs: dict[str, str]) -> str:
+def _code_key(
+    config: ParallelRunConfig, script: Path | None, entry_callables: bytes | None, side_inputs: dict[str, str]
+) -> str:
     skip = [config.resolved_run_root()]
     if config.output and not is_url(config.output):
         skip.append(Path(config.output))
@@ -96,11 +104,26 @@ class ParallelRunStep:
         >>> summary = step.run()
     """
 
-    def __init__(self, name: str | None = None, parallel_run_config: ParallelRunConfig | None = None,
-                 inputs: Any = None, output: str | None = None, side_inputs: Any = None,
-                 arguments: list[Any] | None = None, allow_reuse: bool | None = None, **fields: Any):
-        given = dict(name=name, inputs=inputs, output=output, side_inputs=side_inputs,
-                     arguments=arguments, allow_reuse=allow_reuse, **fields)
+    def __init__(
+        self,
+        name: str | None = None,
+        parallel_run_config: ParallelRunConfig | None = None,
+        inputs: Any = None,
+        output: str | None = None,
+        side_inputs: Any = None,
+        arguments: list[Any] | None = None,
+        allow_reuse: bool | None = None,
+        **fields: Any,
+    ):
+        given = dict(
+            name=name,
+            inputs=inputs,
+            output=output,
+            side_inputs=side_inputs,
+            arguments=arguments,
+            allow_reuse=allow_reuse,
+            **fields,
+        )
         given = {k: v for k, v in given.items() if v is not None}
         base = parallel_run_config or ParallelRunConfig()
         self.config = base.with_overrides(**given)
@@ -176,8 +199,10 @@ class _StepRun:
     def _lock_key(self) -> str:
         """What a second run of this step on the same inputs waits for: the code key and the inputs
         as named (not as listed: the listing is written while the run goes)."""
-        inputs = [dict(dataset.model_dump(), path=[p if is_url(p) else os.path.abspath(p) for p in dataset.path])
-                  for dataset in self.config.inputs]
+        inputs = [
+            dict(dataset.model_dump(), path=[p if is_url(p) else os.path.abspath(p) for p in dataset.path])
+            for dataset in self.config.inputs
+        ]
         return step_key(self.code, [json.dumps(inputs, sort_keys=True, default=str)])
 
     def _open_run_dir(self) -> None:
@@ -227,8 +252,9 @@ class _StepRun:
 
     def _planner(self, defer_files: bool) -> Planner:
         config = self.config
-        return Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint,
-                       defer_files=defer_files)
+        return Planner(
+            config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint, defer_files=defer_files
+        )
 
     def _reuse_sources(self, index: RunIndex) -> list[tuple[str, dict[str, dict[str, Any]]]]:
         """(run id, results by fingerprint): this run's own (a resume), then earlier runs' when allowed."""
@@ -262,7 +288,7 @@ class _StepRun:
 
     def _add(self, rows, descriptors: bool = True) -> None:
         self.ledger.add(rows, descriptors)
-        for mini_batch, reuse in rows:
+        for _mini_batch, reuse in rows:
             self.counters.mini_batches_total += 1
             if reuse:
                 items = reuse["items"] if reuse["items"] is not None else reuse["returned"]
@@ -309,11 +335,20 @@ class _StepRun:
                 output = str(self.output_dir)
                 target = str(link_or_copy(source, self.output_dir / self.config.append_row_file_name))
         # Counts describe this invocation: nothing ran, every mini-batch was reused from `run_id`.
-        return dict(summary, reused=True, output=output, output_file=target,
-                    mini_batches_reused=summary["mini_batches_total"],
-                    mini_batches_run=0, workers_started=0, attempts_retried=0,
-                    started_at=timestamp(self.started_at), ended_at=timestamp(),
-                    elapsed_s=round(time.time() - self.started_at, 3), config=dump_json(self.config))
+        return dict(
+            summary,
+            reused=True,
+            output=output,
+            output_file=target,
+            mini_batches_reused=summary["mini_batches_total"],
+            mini_batches_run=0,
+            workers_started=0,
+            attempts_retried=0,
+            started_at=timestamp(self.started_at),
+            ended_at=timestamp(),
+            elapsed_s=round(time.time() - self.started_at, 3),
+            config=dump_json(self.config),
+        )
 
     def _run(self, index: RunIndex, workers: contextlib.ExitStack) -> dict[str, Any]:
         index.register(self.run_id, self.config.name, self.run_dir, "Running", self.code)
@@ -322,8 +357,9 @@ class _StepRun:
         log.info("run %s of step %s in %s", self.run_id, self.config.name, self.run_dir)
         if not self.counters.planning:
             self._log_plan()
-        write_summary(self.run_dir, dict(self._summary("Running", "running", logs), pid=os.getpid(),
-                                         host=os.uname().nodename))
+        write_summary(
+            self.run_dir, dict(self._summary("Running", "running", logs), pid=os.getpid(), host=os.uname().nodename)
+        )
         while True:
             try:
                 status, reason = self._drive(logs, log, workers)
@@ -354,8 +390,9 @@ class _StepRun:
         """Resume after a system error: what the ledger committed stands, the rest is planned and runs again."""
         reason = f"{type(exc).__name__}: {exc}"
         self.restarts.append(dict(time=timestamp(), reason=reason))
-        log.warning("restart %d of %d after a system error: %s", len(self.restarts), self.config.max_job_restarts,
-                    reason)
+        log.warning(
+            "restart %d of %d after a system error: %s", len(self.restarts), self.config.max_job_restarts, reason
+        )
         if self.on_event:
             self.on_event({"type": "restart", "time": time.time(), "restart": len(self.restarts), "reason": reason})
         self.ledger.rollback()
@@ -373,8 +410,19 @@ class _StepRun:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         pool = self.pool or workers.enter_context(self._pool())
         with self._monitor(logs, pool):
-            self.driver = Driver(self.config, self.ledger, self.pending, logs, log, pool, self.counters,
-                                 self.on_progress, self.on_event, self.cancel, self.run_dir)
+            self.driver = Driver(
+                self.config,
+                self.ledger,
+                self.pending,
+                logs,
+                log,
+                pool,
+                self.counters,
+                self.on_progress,
+                self.on_event,
+                self.cancel,
+                self.run_dir,
+            )
             status, reason = self.driver.run()
         workers.close()  # workers stop (and run shutdown()) before the output is assembled
         logs.write_error_summary(self.driver.error_summary())
@@ -387,19 +435,32 @@ class _StepRun:
 
         def make_spec(node_index: int, node_id: str, process_name: str) -> WorkerSpec:
             return WorkerSpec(
-                node_id=node_id, process_name=process_name, logs=logs.worker(node_id, process_name),
-                parts_dir=str(self.parts_dir), output_dir=str(self.output_dir), output_format=config.output_format,
+                node_id=node_id,
+                process_name=process_name,
+                logs=logs.worker(node_id, process_name),
+                parts_dir=str(self.parts_dir),
+                output_dir=str(self.output_dir),
+                output_format=config.output_format,
                 append_row=config.output_action == "append_row",
                 entry_script=str(self.entry_script) if self.entry_script else None,
-                entry_callables=self.entry_callables, source_directory=config.source_directory,
-                arguments=arguments, side_inputs=self.side_inputs, logging_level=config.logging_level,
-                profile=config.profiling_module == "cProfile", fingerprint_mode=config.reuse_fingerprint)
+                entry_callables=self.entry_callables,
+                source_directory=config.source_directory,
+                arguments=arguments,
+                side_inputs=self.side_inputs,
+                logging_level=config.logging_level,
+                profile=config.profiling_module == "cProfile",
+                fingerprint_mode=config.reuse_fingerprint,
+            )
 
         settings = PoolSettings(
             node_count=config.node_count,
             process_count_per_node=config.process_count_per_node or len(gpus) or default_process_count(),
-            make_spec=make_spec, environment=dict(config.environment_variables), gpu_ids=gpus,
-            memory_limit=config.memory_limit_bytes, shutdown_timeout=config.run_invocation_timeout)
+            make_spec=make_spec,
+            environment=dict(config.environment_variables),
+            gpu_ids=gpus,
+            memory_limit=config.memory_limit_bytes,
+            shutdown_timeout=config.run_invocation_timeout,
+        )
         if config.backend == "ray":
             from .pool.ray import RayWorkerPool
 
@@ -419,8 +480,12 @@ class _StepRun:
 
     def _log_plan(self) -> None:
         counters = self.counters
-        self.log.info("%d mini-batches planned; %d reused%s", counters.mini_batches_total,
-                      counters.mini_batches_reused, " (resumed)" if self.resumed else "")
+        self.log.info(
+            "%d mini-batches planned; %d reused%s",
+            counters.mini_batches_total,
+            counters.mini_batches_reused,
+            " (resumed)" if self.resumed else "",
+        )
         for note in self.notes:
             self.log.warning("plan: %s", note)
 
@@ -430,18 +495,31 @@ class _StepRun:
         if output_file and self.output_url:
             output_file = self._output_file_url()
         return dict(
-            run_id=self.run_id, name=self.config.name, status=status, status_reason=reason, reused=False,
-            run_dir=str(self.run_dir), output=self.output_url or str(self.output_dir),
+            run_id=self.run_id,
+            name=self.config.name,
+            status=status,
+            status_reason=reason,
+            reused=False,
+            run_dir=str(self.run_dir),
+            output=self.output_url or str(self.output_dir),
             output_file=str(output_file) if output_file and status == "Succeeded" else None,
-            items_total=counters.items_total, items_succeeded=counters.items_succeeded,
-            items_failed=counters.items_failed, mini_batches_total=counters.mini_batches_total,
-            mini_batches_succeeded=counters.mini_batches_succeeded, mini_batches_failed=counters.mini_batches_failed,
+            items_total=counters.items_total,
+            items_succeeded=counters.items_succeeded,
+            items_failed=counters.items_failed,
+            mini_batches_total=counters.mini_batches_total,
+            mini_batches_succeeded=counters.mini_batches_succeeded,
+            mini_batches_failed=counters.mini_batches_failed,
             mini_batches_reused=counters.mini_batches_reused,
             mini_batches_run=counters.done - counters.mini_batches_reused,
-            attempts_retried=counters.attempts_retried, workers_started=counters.workers_started,
-            started_at=timestamp(self.started_at), ended_at=timestamp(ended) if status != "Running" else None,
-            elapsed_s=round(ended - self.started_at, 3), restarts=self.restarts, job_result=str(logs.job_result),
-            config=dump_json(self.config))
+            attempts_retried=counters.attempts_retried,
+            workers_started=counters.workers_started,
+            started_at=timestamp(self.started_at),
+            ended_at=timestamp(ended) if status != "Running" else None,
+            elapsed_s=round(ended - self.started_at, 3),
+            restarts=self.restarts,
+            job_result=str(logs.job_result),
+            config=dump_json(self.config),
+        )
 
     def _output_file_url(self) -> str:
         return f"{self.output_url.rstrip('/')}/{self.config.append_row_file_name}"
@@ -518,16 +596,21 @@ def _substitute(arguments: list[str], configured: dict[str, str], local: dict[st
     def replace(match: re.Match) -> str:
         name = match.group(1)
         if name not in local:
-            raise ConfigError("arguments", f"${{side_inputs.{name}}} names no side input",
-                              f"have: {', '.join(local) or 'none'}")
+            raise ConfigError(
+                "arguments", f"${{side_inputs.{name}}} names no side input", f"have: {', '.join(local) or 'none'}"
+            )
         return local[name]
 
     return [by_path.get(arg, _SIDE_INPUT_REF.sub(replace, arg)) for arg in arguments]
 
 
 def _breaches(config: ParallelRunConfig, summary: dict[str, Any]) -> bool:
-    counts = Counters(**{name: summary.get(name, 0) for name in ("mini_batches_total", "mini_batches_succeeded",
-                                                                  "mini_batches_failed", "items_failed")})
+    counts = Counters(
+        **{
+            name: summary.get(name, 0)
+            for name in ("mini_batches_total", "mini_batches_succeeded", "mini_batches_failed", "items_failed")
+        }
+    )
     return threshold_breach(config, counts) is not None
 
 
@@ -556,4 +639,3 @@ def _job_result(summary: dict[str, Any]) -> str:
             "Rerun the same step to resume: finished mini-batches are reused, only the rest run again.",
         ]
     return "\n".join(lines) + "\n"
-

@@ -23,14 +23,16 @@ DAGS = REPO / "dags"
 AIRFLOW = Path(sys.executable).with_name("airflow")
 
 _HOME = Path(tempfile.mkdtemp(prefix="parallel-steps-airflow-"))
-os.environ.update({
-    "AIRFLOW_HOME": str(_HOME),
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
-    "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__DAG_RUN_CONF_OVERRIDES_PARAMS": "True",
-    "PARALLEL_STEPS_HOME": str(_HOME / "parallel_steps"),
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_HOME),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAG_RUN_CONF_OVERRIDES_PARAMS": "True",
+        "PARALLEL_STEPS_HOME": str(_HOME / "parallel_steps"),
+    }
+)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -39,8 +41,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 def airflow_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run the `airflow` command of this environment, as a user would."""
-    return subprocess.run([str(AIRFLOW), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(AIRFLOW), *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 @pytest.fixture
@@ -84,13 +87,17 @@ def run_dag(airflow_db, tmp_path):
         result = airflow_cli(*args, env={"PARALLEL_STEPS_HOME": str(tmp_path / "runs")}, timeout=600)
         log = result.stdout + result.stderr
         with sqlite3.connect(airflow_db) as db:
-            row = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
-                             (dag_id,)).fetchone()
+            row = db.execute(
+                "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
+            ).fetchone()
             assert row, f"no dag run of {dag_id}:\n{log[-5000:]}"
             # SQLite hands JSON numbers back as numbers, everything else as JSON text.
-            xcoms = {(task, index, key): json.loads(value) if isinstance(value, str) else value
-                     for task, index, key, value in db.execute(
-                "SELECT task_id, map_index, key, value FROM xcom WHERE dag_id = ? AND run_id = ?", (dag_id, row[0]))}
+            xcoms = {
+                (task, index, key): json.loads(value) if isinstance(value, str) else value
+                for task, index, key, value in db.execute(
+                    "SELECT task_id, map_index, key, value FROM xcom WHERE dag_id = ? AND run_id = ?", (dag_id, row[0])
+                )
+            }
         return DagRun(result.returncode, log, row[0], xcoms)
 
     return run

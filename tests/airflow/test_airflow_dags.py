@@ -24,14 +24,16 @@ def test_digits_dag_scores_reruns_with_conf_and_reuses(run_dag):
     smaller = run_dag("parallel_run_digits", {"mini_batch_size": 5})
     assert smaller.returncode == 0, smaller.log[-5000:]
     resized = smaller.xcom("score_digits")
-    assert resized["mini_batches_total"] == 90 and resized["config"]["mini_batch_size"] == 5
+    assert resized["mini_batches_total"] == 90
+    assert resized["config"]["mini_batch_size"] == 5
     assert resized["output_file"] != summary["output_file"]
     assert Path(resized["output_file"]).read_text() == Path(summary["output_file"]).read_text()
 
     again = run_dag("parallel_run_digits")
     assert again.returncode == 0, again.log[-5000:]
     reused = again.xcom("score_digits")
-    assert reused["reused"] is True and reused["workers_started"] == 0
+    assert reused["reused"] is True
+    assert reused["workers_started"] == 0
     assert Path(reused["output_file"]).read_text() == Path(summary["output_file"]).read_text()
     assert again.xcom("accuracy") == first.xcom("accuracy")
 
@@ -40,16 +42,19 @@ def test_tabular_dag_fails_past_its_error_threshold_and_succeeds_with_its_params
     failed = run_dag("parallel_run_tabular", {"error_threshold": 1, "mini_batch_size": 5})
     assert failed.returncode != 0
     summary = failed.xcom("score", key="parallel_run_summary")
-    assert summary["status"] == "Failed" and "error_threshold 1 exceeded" in summary["status_reason"]
+    assert summary["status"] == "Failed"
+    assert "error_threshold 1 exceeded" in summary["status_reason"]
     assert summary["mini_batches_total"] == 20  # 5 bytes: one mini-batch per Parquet row group
     assert summary["status_reason"] in failed.log  # the reason and where to look, in the task log
-    assert summary["job_result"].endswith("logs/job_result.txt") and summary["job_result"] in failed.log
+    assert summary["job_result"].endswith("logs/job_result.txt")
+    assert summary["job_result"] in failed.log
 
     default = run_dag("parallel_run_tabular")
     assert default.returncode == 0, default.log[-5000:]
     scored = default.xcom("score")
     assert (scored["status"], scored["items_failed"], scored["mini_batches_total"]) == ("Succeeded", 3, 8)
-    assert scored["config"]["error_threshold"] == 5 and scored["config"]["process_count_per_node"] == 2
+    assert scored["config"]["error_threshold"] == 5
+    assert scored["config"]["process_count_per_node"] == 2
     assert pq.read_metadata(scored["output_file"]).num_rows == 9997
     assert default.xcom("report") == {"rows": 9997, "items_failed": 3}
 
@@ -63,5 +68,6 @@ def test_mapped_dag_runs_one_step_per_folder_each_in_its_own_run_directory(run_d
     assert len({s["output_file"] for s in summaries}) == 3
     for shard, summary in enumerate(summaries):
         lines = Path(summary["output_file"]).read_text().splitlines()
-        assert len(lines) == 12 and all(line.startswith(f"shard-{shard}/") for line in lines)
+        assert len(lines) == 12
+        assert all(line.startswith(f"shard-{shard}/") for line in lines)
     assert run.xcom("total") == {"steps": 3, "files": 36, "mini_batches": 9}

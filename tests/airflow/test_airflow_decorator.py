@@ -28,19 +28,23 @@ def test_the_decorator_is_registered_as_task_parallel_run():
 
 def test_a_function_from_the_test_module_runs_in_workers_with_its_init(make_files, context):
     with DAG("decorated", schedule=None):
+
         @task.parallel_run(init=set_up, mini_batch_size=3, process_count_per_node=2)
         def label(mini_batch):
             return [f"{_state['prefix']}:{Path(p).read_text().strip()}" for p in mini_batch]
 
         op = operator_of(label(inputs=str(make_files(7))))
-    assert op.task_id == "label" and op.custom_operator_name == "@task.parallel_run"
+    assert op.task_id == "label"
+    assert op.custom_operator_name == "@task.parallel_run"
     summary = op.execute(context(task_id="label"))
-    assert summary["status"] == "Succeeded" and summary["mini_batches_total"] == 3
+    assert summary["status"] == "Succeeded"
+    assert summary["mini_batches_total"] == 3
     assert Path(summary["output_file"]).read_text().split() == [f"seen:{i}" for i in range(7)]
 
 
 def test_call_keywords_override_the_decorators_and_are_templated(make_files, context):
     with DAG("decorated", schedule=None):
+
         @task.parallel_run(inputs="nowhere", mini_batch_size=100, process_count_per_node=2)
         def echo(mini_batch):
             return mini_batch
@@ -53,18 +57,20 @@ def test_call_keywords_override_the_decorators_and_are_templated(make_files, con
 
 def test_positional_or_unknown_call_arguments_are_rejected():
     with DAG("decorated", schedule=None):
+
         @task.parallel_run
         def echo(mini_batch):
             return mini_batch
 
         with pytest.raises(TypeError, match="config fields as keywords only"):
             echo("data")
-        with pytest.raises(ConfigError, match="^mini_batch: is not a configuration field"):
+        with pytest.raises(ConfigError, match=r"^mini_batch: is not a configuration field"):
             echo(mini_batch=5)
 
 
 def test_expand_maps_whole_steps_over_inputs():
     with DAG("decorated", schedule=None):
+
         @task.parallel_run(mini_batch_size=2)
         def echo(mini_batch):
             return mini_batch
@@ -80,8 +86,10 @@ def test_expand_maps_whole_steps_over_inputs():
 def test_functions_the_workers_cannot_import_travel_by_value():
     """A fresh interpreter (a worker) rebuilds a test-module function, which it could not import."""
     payload = dumps_callables({"init": set_up, "run": len, "shutdown": None})
-    code = ("import pickle, sys; f = pickle.loads(sys.stdin.buffer.read()); f['init'](); "
-            "print(f['run']([1, 2]), f['init'].__globals__['_state'])")
+    code = (
+        "import pickle, sys; f = pickle.loads(sys.stdin.buffer.read()); f['init'](); "
+        "print(f['run']([1, 2]), f['init'].__globals__['_state'])"
+    )
     result = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().split(maxsplit=1) == ["2", "{'prefix': 'seen'}\n"]

@@ -22,8 +22,9 @@ def run(mini_batch):
 
 def operator(script: Path, data: Path, **fields) -> ParallelRunOperator:
     fields.setdefault("process_count_per_node", 2)
-    return ParallelRunOperator(task_id=fields.pop("task_id", "step"), entry_script=str(script), inputs=str(data),
-                               **fields)
+    return ParallelRunOperator(
+        task_id=fields.pop("task_id", "step"), entry_script=str(script), inputs=str(data), **fields
+    )
 
 
 def in_dag(native: bool = False) -> DAG:
@@ -49,15 +50,21 @@ class TestFields:
         with DAG("mapped_bad", schedule=None):
             with pytest.raises(ConfigError, match=r"^error_threshold: -5 is not valid"):
                 ParallelRunOperator.partial(task_id="step", entry_script="score.py", error_threshold=-5)
-            mapped = ParallelRunOperator.partial(task_id="ok", entry_script="score.py",
-                                                 mini_batch_size="{{ params.size }}").expand(inputs=[["a"], ["b"]])
+            mapped = ParallelRunOperator.partial(
+                task_id="ok", entry_script="score.py", mini_batch_size="{{ params.size }}"
+            ).expand(inputs=[["a"], ["b"]])
         assert mapped.partial_kwargs["mini_batch_size"] == "{{ params.size }}"
 
     def test_templates_and_xcomargs_are_checked_when_the_task_runs_not_at_parse_time(self):
         with DAG("deferred", schedule=None):
             upstream = ParallelRunOperator(task_id="upstream", entry_script="score.py", inputs="data")
-            op = ParallelRunOperator(task_id="step", entry_script="score.py", inputs=upstream.output,
-                                     mini_batch_size="{{ params.size }}", arguments=["--day", "{{ ds }}"])
+            op = ParallelRunOperator(
+                task_id="step",
+                entry_script="score.py",
+                inputs=upstream.output,
+                mini_batch_size="{{ params.size }}",
+                arguments=["--day", "{{ ds }}"],
+            )
         assert op.mini_batch_size == "{{ params.size }}"
         assert op.upstream_task_ids == {"upstream"}  # an XComArg in a field sets the dependency
 
@@ -69,7 +76,8 @@ class TestFields:
             "from airflow.sdk import DAG\n"
             "from parallel_steps.airflow import ParallelRunOperator\n"
             "with DAG('bad', schedule=None):\n"
-            "    ParallelRunOperator(task_id='score', entry_script='score.py', inputs='data', run_max_try=0)\n")
+            "    ParallelRunOperator(task_id='score', entry_script='score.py', inputs='data', run_max_try=0)\n"
+        )
         bag = DagBag(dag_folder=tmp_path / "dags")
         (error,) = bag.import_errors.values()
         assert "run_max_try: 0 is not valid" in error
@@ -95,23 +103,32 @@ class TestFields:
 
 class TestExecute:
     def test_returns_the_summary_and_keys_the_run_directory_by_dag_task_run_and_map_index(
-            self, write_script, make_files, context, tmp_path):
+        self, write_script, make_files, context, tmp_path
+    ):
         op = operator(write_script(ECHO), make_files(25), task_id="score_files", mini_batch_size=10)
-        summary = op.execute(context(dag_id="my_dag", task_id="score_files", run_id="manual__2026-01-01T00:00:00+00:00",
-                                     map_index=3))
-        assert summary["status"] == "Succeeded" and summary["mini_batches_total"] == 3
+        summary = op.execute(
+            context(dag_id="my_dag", task_id="score_files", run_id="manual__2026-01-01T00:00:00+00:00", map_index=3)
+        )
+        assert summary["status"] == "Succeeded"
+        assert summary["mini_batches_total"] == 3
         assert summary["name"] == "score-files"  # from the task id
         expected = tmp_path / "runs" / "airflow" / "my_dag" / "score_files" / "manual__2026-01-01T00_00_00_00_00" / "3"
         assert Path(summary["run_dir"]) == expected
         assert sorted(Path(summary["output_file"]).read_text().split()) == sorted(str(i) for i in range(25))
-        assert "job_result" in summary and "config" in summary
+        assert "job_result" in summary
+        assert "config" in summary
 
     def test_templated_strings_are_coerced_with_and_without_native_rendering(self, write_script, make_files, context):
         script, data = write_script(ECHO), make_files(12)
         for native in (False, True):
             with in_dag(native):
-                op = operator(script, data, mini_batch_size="{{ params.size }}", allow_reuse="{{ params.reuse }}",
-                              arguments="{{ params.args }}")
+                op = operator(
+                    script,
+                    data,
+                    mini_batch_size="{{ params.size }}",
+                    allow_reuse="{{ params.reuse }}",
+                    arguments="{{ params.args }}",
+                )
             ctx = context(params={"size": 4, "reuse": False, "args": ["--alpha", 1]}, map_index=int(native))
             op.render_template_fields(ctx)
             summary = op.execute(ctx)
@@ -120,7 +137,8 @@ class TestExecute:
             assert summary["config"]["arguments"] == ["--alpha", "1"]
 
     def test_an_invalid_templated_value_fails_the_task_without_retry_naming_the_field(
-            self, write_script, make_files, context):
+        self, write_script, make_files, context
+    ):
         with in_dag():
             op = operator(write_script(ECHO), make_files(3), mini_batch_size="{{ params.size }}")
         ctx = context(params={"size": "lots"})
@@ -139,18 +157,27 @@ class TestExecute:
         script, data = write_script(ECHO), make_files(20)
         params = {"mini_batch_size": 5, "run_max_try": 1}
         off = operator(script, data, mini_batch_size=10, params_override=False).execute(context(params, map_index=0))
-        assert off["mini_batches_total"] == 2 and off["config"]["run_max_try"] == 3
+        assert off["mini_batches_total"] == 2
+        assert off["config"]["run_max_try"] == 3
         some = operator(script, data, mini_batch_size=10, params_override=["run_max_try"]).execute(
-            context(params, map_index=1))
-        assert some["mini_batches_total"] == 2 and some["config"]["run_max_try"] == 1
+            context(params, map_index=1)
+        )
+        assert some["mini_batches_total"] == 2
+        assert some["config"]["run_max_try"] == 1
         with pytest.raises(ConfigError, match="params_override: 'batch' is not a configuration field"):
             operator(script, data, params_override=["batch"])
 
     def test_a_parallel_run_config_is_the_base_and_keywords_override_it(self, write_script, make_files, context):
-        config = ParallelRunConfig(name="from-config", entry_script=str(write_script(ECHO)),
-                                   inputs=[str(make_files(9))], mini_batch_size=3, process_count_per_node=2)
+        config = ParallelRunConfig(
+            name="from-config",
+            entry_script=str(write_script(ECHO)),
+            inputs=[str(make_files(9))],
+            mini_batch_size=3,
+            process_count_per_node=2,
+        )
         summary = ParallelRunOperator(task_id="step", parallel_run_config=config, run_max_try=1).execute(context())
-        assert summary["name"] == "from-config" and summary["mini_batches_total"] == 3
+        assert summary["name"] == "from-config"
+        assert summary["mini_batches_total"] == 3
         assert summary["config"]["run_max_try"] == 1
 
     def test_progress_lines_stream_into_the_task_log(self, write_script, make_files, context, capsys):
@@ -173,29 +200,46 @@ def run(mini_batch):
 
 class TestFailureAndRetry:
     def test_a_failed_step_fails_the_task_with_the_reason_and_the_job_result_path(
-            self, write_script, make_files, context, capsys, tmp_path):
-        op = operator(write_script(FLAKY), make_files(10), mini_batch_size=1, run_max_try=1,
-                      mini_batch_error_threshold=0, environment_variables={"FIXED": str(tmp_path / "fixed")})
+        self, write_script, make_files, context, capsys, tmp_path
+    ):
+        op = operator(
+            write_script(FLAKY),
+            make_files(10),
+            mini_batch_size=1,
+            run_max_try=1,
+            mini_batch_error_threshold=0,
+            environment_variables={"FIXED": str(tmp_path / "fixed")},
+        )
         ctx = context()
         with pytest.raises(AirflowException) as failure:
             op.execute(ctx)
         message = str(failure.value)
-        assert "Failed" in message and "mini_batch_error_threshold" in message
+        assert "Failed" in message
+        assert "mini_batch_error_threshold" in message
         job_result = ctx["ti"].pushed["parallel_run_summary"]["job_result"]
-        assert job_result.endswith("logs/job_result.txt") and job_result in message
+        assert job_result.endswith("logs/job_result.txt")
+        assert job_result in message
         out = capsys.readouterr().out
-        assert job_result in out and "Status: Failed" in out  # the job result is copied into the task log
+        assert job_result in out
+        assert "Status: Failed" in out
         assert "data not ready" in out  # failed mini-batches are reported as they happen
 
     def test_a_task_retry_resumes_the_step_and_runs_only_what_failed(self, write_script, make_files, context, tmp_path):
-        op = operator(write_script(FLAKY), make_files(10), mini_batch_size=1, run_max_try=1,
-                      environment_variables={"FIXED": str(tmp_path / "fixed")}, error_threshold=0)
+        op = operator(
+            write_script(FLAKY),
+            make_files(10),
+            mini_batch_size=1,
+            run_max_try=1,
+            environment_variables={"FIXED": str(tmp_path / "fixed")},
+            error_threshold=0,
+        )
         with pytest.raises(AirflowException):
             op.execute(context())
         (tmp_path / "fixed").touch()
         summary = op.execute(context())  # the same task instance: the same run directory
         assert summary["status"] == "Succeeded"
-        assert summary["mini_batches_run"] >= 2 and summary["mini_batches_reused"] > 0
+        assert summary["mini_batches_run"] >= 2
+        assert summary["mini_batches_reused"] > 0
         assert summary["mini_batches_run"] + summary["mini_batches_reused"] == 10
         assert sorted(Path(summary["output_file"]).read_text().split()) == sorted(str(i) for i in range(10))
 
@@ -206,7 +250,8 @@ class TestFailureAndRetry:
         assert (first["reused"], second["reused"]) == (False, True)
         assert second["workers_started"] == 0
         assert Path(second["output_file"]).read_text() == Path(first["output_file"]).read_text()
-        assert Path(second["output_file"]).parent.parent.name == "-1" and "scheduled__2" in second["output_file"]
+        assert Path(second["output_file"]).parent.parent.name == "-1"
+        assert "scheduled__2" in second["output_file"]
 
 
 SLOW = """
@@ -233,18 +278,24 @@ def _workers() -> list[psutil.Process]:
 
 
 class TestOnKill:
-    def test_on_kill_stops_every_worker_and_fails_the_task_as_canceled(self, write_script, make_files, context,
-                                                                       tmp_path):
+    def test_on_kill_stops_every_worker_and_fails_the_task_as_canceled(
+        self, write_script, make_files, context, tmp_path
+    ):
         started = tmp_path / "started"
         started.mkdir()
-        op = operator(write_script(SLOW), make_files(4), mini_batch_size=1, run_invocation_timeout=300,
-                      environment_variables={"STARTED": str(started)})
+        op = operator(
+            write_script(SLOW),
+            make_files(4),
+            mini_batch_size=1,
+            run_invocation_timeout=300,
+            environment_variables={"STARTED": str(started)},
+        )
         outcome: dict = {}
 
         def execute():
             try:
                 outcome["summary"] = op.execute(context())
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 outcome["error"] = exc
 
         thread = threading.Thread(target=execute)
@@ -260,7 +311,8 @@ class TestOnKill:
         thread.join(timeout=120)
         assert not thread.is_alive()
         assert isinstance(outcome.get("error"), AirflowException)
-        assert "Canceled" in str(outcome["error"]) and "killed (on_kill)" in str(outcome["error"])
+        assert "Canceled" in str(outcome["error"])
+        assert "killed (on_kill)" in str(outcome["error"])
         assert _workers() == []
         assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in busy)
 
@@ -268,11 +320,18 @@ class TestOnKill:
 class TestRayBackend:
     def test_the_operator_runs_a_step_on_ray(self, write_script, make_files, context):
         with in_dag():
-            op = operator(write_script(ECHO), make_files(6), mini_batch_size=2, backend="ray",
-                          ray_address="{{ params.ray_address }}")
+            op = operator(
+                write_script(ECHO),
+                make_files(6),
+                mini_batch_size=2,
+                backend="ray",
+                ray_address="{{ params.ray_address }}",
+            )
         ctx = context(params={"ray_address": None})
         op.render_template_fields(ctx)
         summary = op.execute(ctx)
-        assert summary["status"] == "Succeeded" and summary["mini_batches_total"] == 3
-        assert summary["config"]["backend"] == "ray" and summary["config"]["ray_address"] is None
+        assert summary["status"] == "Succeeded"
+        assert summary["mini_batches_total"] == 3
+        assert summary["config"]["backend"] == "ray"
+        assert summary["config"]["ray_address"] is None
         assert sorted(Path(summary["output_file"]).read_text().split()) == [str(i) for i in range(6)]

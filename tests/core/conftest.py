@@ -9,8 +9,14 @@ from pathlib import Path
 
 def cli(*args: str, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
     """Run `parallel-steps ARGS` as a user would."""
-    return subprocess.run([sys.executable, "-m", "parallel_steps.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "parallel_steps.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def cli_json(*args: str, **kwargs) -> tuple[int, dict]:

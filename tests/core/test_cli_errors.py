@@ -33,8 +33,10 @@ CASES = {
     "corrupted parquet": (["--tabular", "--input", "bad.parquet"], "bad.parquet: not a readable Parquet file"),
     "csv without the key column": (["--tabular", "--input", "t.csv", "--partition-keys", "missing"], "t.csv:"),
     "missing side input": (["--set", "side_inputs={model: models/none}"], "models/none: side input 'model' not found"),
-    "unknown side input in arguments": (["--", "--model", "${side_inputs.model}"],
-                                        "arguments: ${side_inputs.model} names no side input"),
+    "unknown side input in arguments": (
+        ["--", "--model", "${side_inputs.model}"],
+        "arguments: ${side_inputs.model} names no side input",
+    ),
     "missing step file": (["nostep.yaml"], "nostep.yaml: step file not found"),
     "invalid yaml": (["broken.yaml"], "broken.yaml: not valid YAML at line"),
     "unknown yaml key": (["unknown.yaml"], "colour: is not a configuration field (valid: name, entry_script"),
@@ -67,7 +69,8 @@ def test_user_error(workspace, case):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("parallel-steps: ") and expected in lines[0], lines[0]
+    assert lines[0].startswith("parallel-steps: "), lines[0]
+    assert expected in lines[0], lines[0]
     assert "Traceback" not in result.stderr
     assert not (workspace / "out").exists(), "a user error writes nothing to the output"
     runs = workspace / "runs"

@@ -55,27 +55,33 @@ def step(**fields):
 
 
 class TestExactlyOnce:
-    def test_raise_exit_sigkill_and_hang_are_retried_and_every_row_appears_once(self, tmp_path, make_files,
-                                                                                 write_script, monkeypatch):
+    def test_raise_exit_sigkill_and_hang_are_retried_and_every_row_appears_once(
+        self, tmp_path, make_files, write_script, monkeypatch
+    ):
         make_files(160)
         write_script(FAULTS)
         (tmp_path / "marks").mkdir()
-        config = step(mini_batch_size=10, run_invocation_timeout=3, environment_variables={"MARKS": str(tmp_path / "marks")})
+        config = step(
+            mini_batch_size=10, run_invocation_timeout=3, environment_variables={"MARKS": str(tmp_path / "marks")}
+        )
         summary = run_step(config)
         assert summary["status"] == "Succeeded"
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(160)]
         # batches starting at 0, 10, 20, 30 (mod 40) each fail once: 4 kinds x 4 = 16 minus the clean 12 ...
         faulted = [first for first in range(0, 160, 10) if first % 40 in (0, 10, 20, 30)]
         assert summary["attempts_retried"] == len(faulted)
-        assert summary["mini_batches_failed"] == 0 and summary["items_failed"] == 0
+        assert summary["mini_batches_failed"] == 0
+        assert summary["items_failed"] == 0
         attempts = pd.read_csv(Path(summary["run_dir"]) / "logs/sys/job_report/processed_mini-batches.csv")
         outcomes = attempts.groupby("outcome").size().to_dict()
         assert outcomes == {"succeeded": 16, "failed": 4, "crashed": 8, "timed_out": 4}
 
     def test_rows_keep_mini_batch_order(self, make_files, write_script):
         make_files(95)
-        write_script("import random, time\ndef run(mb):\n    time.sleep(random.random() / 50)\n"
-                     "    return [open(p).read().strip() for p in mb]\n")
+        write_script(
+            "import random, time\ndef run(mb):\n    time.sleep(random.random() / 50)\n"
+            "    return [open(p).read().strip() for p in mb]\n"
+        )
         summary = run_step(step(mini_batch_size=5))
         assert output_lines(summary) == [str(i) for i in range(95)]
 
@@ -98,7 +104,9 @@ BAD = set(open("bad.txt").read().split())
         assert (summary["items_failed"], summary["mini_batches_failed"], summary["attempts_retried"]) == (2, 1, 1)
         assert len(output_lines(summary)) == 18
 
-    @pytest.mark.parametrize("threshold, bad, fails", [(2, "1 5", False), (2, "1 5 9", True), (-1, "1 3 5 7 9", False)])
+    @pytest.mark.parametrize(
+        ("threshold", "bad", "fails"), [(2, "1 5", False), (2, "1 5 9", True), (-1, "1 3 5 7 9", False)]
+    )
     def test_error_threshold_fails_on_item_n_plus_1(self, tmp_path, make_files, write_script, threshold, bad, fails):
         make_files(10)
         write_script(self.SCRIPT)
@@ -115,7 +123,8 @@ BAD = set(open("bad.txt").read().split())
         assert "RuntimeError: bad item in data/f000" in summary["status_reason"]
         assert summary["output_file"] is None
         result = Path(summary["job_result"]).read_text()
-        assert "error_threshold 2 exceeded" in result and "logs/user/error.txt" in result
+        assert "error_threshold 2 exceeded" in result
+        assert "logs/user/error.txt" in result
 
     def test_short_return_counts_missing_items(self, make_files, write_script):
         make_files(10)
@@ -135,16 +144,20 @@ BAD = set(open("bad.txt").read().split())
         with pytest.raises(StepFailed, match="allowed_failed_percent 10 exceeded: 2 of 10"):
             run_step(step(mini_batch_size=1, run_max_try=1, allowed_failed_percent=10, allow_reuse=False))
 
-    def test_allowed_failed_percent_is_judged_on_the_whole_plan_while_it_streams(self, tmp_path, make_files,
-                                                                              write_script):
+    def test_allowed_failed_percent_is_judged_on_the_whole_plan_while_it_streams(
+        self, tmp_path, make_files, write_script
+    ):
         """The first mini-batches run while the rest is still being planned: a failure among them is
         a share of every mini-batch, not of those planned so far."""
         from parallel_steps import step as step_module
 
         assert step_module._PLAN_CHUNK < 150, "the plan must still be streaming when the first failures come"
         make_files(150)
-        write_script(self.SCRIPT.replace("    return [", "    time.sleep(0.02)\n    return [")
-                     .replace("def run", "import time\ndef run", 1))
+        write_script(
+            self.SCRIPT.replace("    return [", "    time.sleep(0.02)\n    return [").replace(
+                "def run", "import time\ndef run", 1
+            )
+        )
         (tmp_path / "bad.txt").write_text("0")
         config = step(mini_batch_size=1, run_max_try=1, allowed_failed_percent=0.8, allow_reuse=False)
         summary = run_step(config)  # 1 of 150 is 0.67 %; 1 of the first 100 planned would be 1 %
@@ -178,7 +191,8 @@ def run(mb):
         summary = run_step(step(mini_batch_size=1, process_count_per_node=4))
         seen = {p.name: p.read_text() for p in (tmp_path / "seen").iterdir()}
         assert seen == {"process000": "0", "process001": "1", "process002": "", "process003": "", "process004": "0"}
-        assert summary["workers_started"] == 5 and summary["attempts_retried"] == 1
+        assert summary["workers_started"] == 5
+        assert summary["attempts_retried"] == 1
 
     def test_default_process_count_is_the_gpu_count_on_a_gpu_machine(self, make_files, write_script, monkeypatch):
         monkeypatch.setenv("PARALLEL_STEPS_GPU_COUNT", "3")
@@ -188,12 +202,17 @@ def run(mb):
 
     def test_init_that_always_fails_fails_the_job_with_its_error(self, make_files, write_script):
         make_files(4)
-        write_script("def init():\n    raise ImportError('no module named torchvision_x')\ndef run(mb):\n    return mb\n")
+        write_script(
+            "def init():\n    raise ImportError('no module named torchvision_x')\ndef run(mb):\n    return mb\n"
+        )
         with pytest.raises(StepFailed) as failed:
             run_step(step())
         summary = failed.value.summary
-        assert re.match(r"init\(\) failed [67] times on every node; no worker could start. "
-                        r"Last error: ImportError: no module named torchvision_x$", summary["status_reason"])
+        assert re.match(
+            r"init\(\) failed [67] times on every node; no worker could start. "
+            r"Last error: ImportError: no module named torchvision_x$",
+            summary["status_reason"],
+        )
         # the node stops after 3 x process_count_per_node failures (a replacement may be starting then)
         assert 6 <= summary["workers_started"] <= 7
 
@@ -209,7 +228,10 @@ def run(mb):
 """)
         summary = run_step(step(node_count=2, process_count_per_node=1, mini_batch_size=1))
         rows = {tuple(line.split()) for line in output_lines(summary)}
-        assert rows <= {("node0", "0", "2", "process000", "process000"), ("node1", "1", "2", "process000", "process000")}
+        assert rows <= {
+            ("node0", "0", "2", "process000", "process000"),
+            ("node1", "1", "2", "process000", "process000"),
+        }
         for node in ("node0", "node1"):
             assert (Path(summary["run_dir"]) / f"logs/user/stdout/{node}/process000.stdout.txt").exists()
 
@@ -241,31 +263,50 @@ class TestParallelRunStepCompatibility:
         write_script(AZURE_SCRIPT)
         (tmp_path / "labels").mkdir()
         (tmp_path / "labels" / "labels.txt").write_text("zero one two three four five")
-        summary = ParallelRunStep(name="azure-compat", entry_script="score.py", inputs=["data"], output="out",
-                                  side_inputs=["labels"], arguments=["--labels_dir", "labels"],
-                                  process_count_per_node=1).run()
+        summary = ParallelRunStep(
+            name="azure-compat",
+            entry_script="score.py",
+            inputs=["data"],
+            output="out",
+            side_inputs=["labels"],
+            arguments=["--labels_dir", "labels"],
+            process_count_per_node=1,
+        ).run()
         assert output_lines(summary)[:2] == ["f0000.txt: zero", "f0001.txt: one"]
         logs = Path(summary["run_dir"]) / "logs"
         entry_log = (logs / "user/entry_script_log/node0/process000.log.txt").read_text()
         assert "labels loaded from " + str(tmp_path / "labels") in entry_log
         assert "process000: 6 files" in entry_log
         stdout = (logs / "user/stdout/node0/process000.stdout.txt").read_text()
-        assert "printed to stdout" in stdout and "root logger line" in stdout
+        assert "printed to stdout" in stdout
+        assert "root logger line" in stdout
 
     def test_every_file_of_the_log_layout_exists(self, make_files, write_script):
         make_files(3)
         write_script(ECHO)
         summary = run_step(step(process_count_per_node=1))
         logs = Path(summary["run_dir"]) / "logs"
-        for name in ["job_progress_overview.txt", "job_result.txt", "sys/master_role.txt",
-                     "sys/node/node0/process000.txt", "sys/job_report/processed_mini-batches.csv",
-                     "user/entry_script_log/node0/process000.log.txt", "user/stdout/node0/process000.stdout.txt",
-                     "user/stderr/node0/process000.stderr.txt", "user/error.txt", "user/error/node0/process000.txt",
-                     "perf/node0/node_resource_usage.csv", "perf/node0/processes_resource_usage.csv",
-                     "perf/node0/node_disk_usage.csv"]:
+        for name in [
+            "job_progress_overview.txt",
+            "job_result.txt",
+            "sys/master_role.txt",
+            "sys/node/node0/process000.txt",
+            "sys/job_report/processed_mini-batches.csv",
+            "user/entry_script_log/node0/process000.log.txt",
+            "user/stdout/node0/process000.stdout.txt",
+            "user/stderr/node0/process000.stderr.txt",
+            "user/error.txt",
+            "user/error/node0/process000.txt",
+            "perf/node0/node_resource_usage.csv",
+            "perf/node0/processes_resource_usage.csv",
+            "perf/node0/node_disk_usage.csv",
+        ]:
             assert (logs / name).exists(), name
         assert list((logs / "perf/node0/os").glob("*/processes_*")), "ps snapshots"
-        assert "mini_batch=0 attempt=1 items=3 succeeded=3 failed=0" in (logs / "sys/node/node0/process000.txt").read_text()
+        assert (
+            "mini_batch=0 attempt=1 items=3 succeeded=3 failed=0"
+            in (logs / "sys/node/node0/process000.txt").read_text()
+        )
         assert json.loads((Path(summary["run_dir"]) / "run.json").read_text())["status"] == "Succeeded"
 
 
@@ -280,8 +321,9 @@ class TestOutput:
         if name.endswith(".txt"):
             assert path.read_text().splitlines()[1] == "1 0.3333333333333333 0.6666666666666666"
             return
-        back = {"csv": pd.read_csv, "jsonl": lambda p: pd.read_json(p, lines=True),
-                "parquet": pd.read_parquet}[path.suffix[1:]](path)
+        back = {"csv": pd.read_csv, "jsonl": lambda p: pd.read_json(p, lines=True), "parquet": pd.read_parquet}[
+            path.suffix[1:]
+        ](path)
         assert back["id"].tolist() == list(range(300))
         assert back["y"].tolist() == pytest.approx([2 * i / 3 for i in range(300)])
 
@@ -289,13 +331,16 @@ class TestOutput:
         make_files(5)
         write_script(ECHO)
         summary = run_step(step(output_action="summary_only", output="out"))
-        assert summary["items_succeeded"] == 5 and summary["output_file"] is None
+        assert summary["items_succeeded"] == 5
+        assert summary["output_file"] is None
         assert not Path("out/parallel_run_step.txt").exists()
 
     def test_entry_script_output_dir(self, make_files, write_script):
         make_files(2)
-        write_script("from pathlib import Path\nfrom parallel_steps import EntryScript\n"
-                     "def run(mb):\n    (Path(EntryScript().output_dir) / 'extra.txt').write_text('hi')\n    return mb\n")
+        write_script(
+            "from pathlib import Path\nfrom parallel_steps import EntryScript\n"
+            "def run(mb):\n    (Path(EntryScript().output_dir) / 'extra.txt').write_text('hi')\n    return mb\n"
+        )
         run_step(step(output="out", process_count_per_node=1))
         assert Path("out/extra.txt").read_text() == "hi"
 
@@ -313,12 +358,30 @@ def run(mb):
 
 def start_cli_run(tmp_path) -> subprocess.Popen:
     (tmp_path / "pids").mkdir()
-    process = subprocess.Popen([sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", "score.py",
-                                "--input", "data", "--process-count-per-node", "2", "--mini-batch-size", "1",
-                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "parallel_steps.cli",
+            "run",
+            "--entry-script",
+            "score.py",
+            "--input",
+            "data",
+            "--process-count-per-node",
+            "2",
+            "--mini-batch-size",
+            "1",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(list((tmp_path / "pids").iterdir())) < 2:
-        assert time.monotonic() < deadline and process.poll() is None, process.stderr.read() if process.poll() else ""
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
         time.sleep(0.1)
     return process
 
@@ -329,8 +392,9 @@ def worker_pids(tmp_path) -> list[int]:
 
 def wait_gone(pids, seconds=10.0) -> list[int]:
     deadline = time.monotonic() + seconds
-    while (alive := [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]) \
-            and time.monotonic() < deadline:
+    while (
+        alive := [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    ) and time.monotonic() < deadline:
         time.sleep(0.1)
     return alive
 
@@ -360,14 +424,26 @@ class TestStopping:
 def test_cli_run_prints_summary_and_exit_status(make_files, write_script):
     make_files(12)
     write_script(ECHO)
-    code, summary = cli_json("run", "--entry-script", "score.py", "--input", "data", "--mini-batch-size", "5",
-                             "--set", "process_count_per_node=2")
+    code, summary = cli_json(
+        "run",
+        "--entry-script",
+        "score.py",
+        "--input",
+        "data",
+        "--mini-batch-size",
+        "5",
+        "--set",
+        "process_count_per_node=2",
+    )
     assert code == 0
     assert (summary["mini_batches_total"], summary["items_succeeded"], summary["status"]) == (3, 12, "Succeeded")
     assert Path(summary["run_dir"], "run.json").exists()
     write_script("def run(mb):\n    raise KeyError('boom')\n")
-    code, summary = cli_json("run", "--entry-script", "score.py", "--input", "data", "--error-threshold", "0",
-                             "--run-max-try", "1")
-    assert code == 1 and summary["status"] == "Failed"
+    code, summary = cli_json(
+        "run", "--entry-script", "score.py", "--input", "data", "--error-threshold", "0", "--run-max-try", "1"
+    )
+    assert code == 1
+    assert summary["status"] == "Failed"
     status = cli("status", summary["run_id"])
-    assert status.returncode == 0 and "Failed (error_threshold 0 exceeded" in status.stdout
+    assert status.returncode == 0
+    assert "Failed (error_threshold 0 exceeded" in status.stdout

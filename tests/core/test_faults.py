@@ -26,8 +26,9 @@ def master_role(summary) -> str:
 
 def test_hung_run_is_killed_after_the_timeout_with_its_stack_dumped(make_files, write_script):
     make_files(1)
-    script = write_script("import threading\n\n\ndef run(mini_batch):\n    threading.Event().wait()\n"
-                          "    return mini_batch\n")
+    script = write_script(
+        "import threading\n\n\ndef run(mini_batch):\n    threading.Event().wait()\n    return mini_batch\n"
+    )
     summary = run_step(config(run_invocation_timeout=1, run_max_try=1))
     assert summary["mini_batches_failed"] == 1
     dump = (Path(summary["run_dir"]) / "logs/user/error/node0/process000.txt").read_text()
@@ -44,13 +45,27 @@ def test_a_hung_worker_with_a_full_socket_is_still_timed_out(tmp_path, write_scr
     folder.mkdir(parents=True)
     for i in range(5000):
         (folder / f"f{i:05d}.txt").touch()
-    write_script("import time\nfrom pathlib import Path\n\n\ndef run(mini_batch):\n"
-                 "    if mini_batch[0].endswith('f00000.txt') and not Path('hung').exists():\n"
-                 "        Path('hung').touch()\n"
-                 "        time.sleep(600)\n"
-                 "    return mini_batch\n")
-    code, summary = cli_json("run", "--entry-script", "score.py", "--input", "data", "--mini-batch-size", "10",
-                             "--process-count-per-node", "2", "--run-invocation-timeout", "3", timeout=120)
+    write_script(
+        "import time\nfrom pathlib import Path\n\n\ndef run(mini_batch):\n"
+        "    if mini_batch[0].endswith('f00000.txt') and not Path('hung').exists():\n"
+        "        Path('hung').touch()\n"
+        "        time.sleep(600)\n"
+        "    return mini_batch\n"
+    )
+    code, summary = cli_json(
+        "run",
+        "--entry-script",
+        "score.py",
+        "--input",
+        "data",
+        "--mini-batch-size",
+        "10",
+        "--process-count-per-node",
+        "2",
+        "--run-invocation-timeout",
+        "3",
+        timeout=120,
+    )
     assert (code, summary["status"], summary["attempts_retried"]) == (0, "Succeeded", 1)
     assert sorted(output_lines(summary)) == sorted(f"data/{folder.name}/{p.name}" for p in folder.iterdir())
 
@@ -79,8 +94,11 @@ def run(mini_batch):
         write_script(self.SCRIPT)
 
     def test_exit_code_and_error_msg_retries_only_retryable_errors(self, two_kinds):
-        summary = run_step(config(mini_batch_size=1, fault_tolerant_policy="ExitCodeAndErrorMsg",
-                                  retryable_errors=["connection reset"]))
+        summary = run_step(
+            config(
+                mini_batch_size=1, fault_tolerant_policy="ExitCodeAndErrorMsg", retryable_errors=["connection reset"]
+            )
+        )
         assert summary["attempts_retried"] == 1, "the connection reset is retried"
         assert summary["mini_batches_failed"] == 1, "the KeyError is not"
         assert output_lines(summary) == ["data/a", "data/c"]
@@ -95,9 +113,11 @@ def run(mini_batch):
     def test_built_in_patterns_cover_transient_errors(self, make_files, write_script, tmp_path):
         make_files(1)
         (tmp_path / "marks").mkdir()
-        write_script("from pathlib import Path\ndef run(mb):\n    if not Path('marks/x').exists():\n"
-                     "        Path('marks/x').touch()\n        raise RuntimeError('CUDA out of memory. Tried to "
-                     "allocate 2.00 GiB')\n    return mb\n")
+        write_script(
+            "from pathlib import Path\ndef run(mb):\n    if not Path('marks/x').exists():\n"
+            "        Path('marks/x').touch()\n        raise RuntimeError('CUDA out of memory. Tried to "
+            "allocate 2.00 GiB')\n    return mb\n"
+        )
         summary = run_step(config(fault_tolerant_policy="ExitCodeAndErrorMsg"))
         assert (summary["attempts_retried"], summary["mini_batches_failed"]) == (1, 0)
 
@@ -108,8 +128,9 @@ def test_max_same_error_stops_a_deterministic_bug_early(tmp_path, make_files, wr
     with pytest.raises(StepFailed) as failed:
         run_step(config(mini_batch_size=1, max_same_error=5, process_count_per_node=2))
     summary = failed.value.summary
-    assert summary["status_reason"].startswith("max_same_error 5 reached: the same error failed 5 mini-batches: "
-                                               "ValueError: cannot parse data/f0")
+    assert summary["status_reason"].startswith(
+        "max_same_error 5 reached: the same error failed 5 mini-batches: ValueError: cannot parse data/f0"
+    )
     done = summary["mini_batches_failed"] + summary["mini_batches_succeeded"]
     assert done <= 10, "stops after about 5 failed mini-batches, not after 1,000"
 
@@ -124,19 +145,24 @@ def test_max_tolerated_failure_rate(tmp_path, make_files, write_script):
 class TestMemory:
     def test_worker_above_the_limit_is_stopped_and_the_retry_succeeds(self, tmp_path, make_files, write_script):
         make_files(1)
-        write_script("import time\nfrom pathlib import Path\ndef run(mb):\n    if not Path('hog').exists():\n"
-                     "        Path('hog').touch()\n        data = b'x' * (400 << 20)\n        time.sleep(30)\n"
-                     "    return mb\n")
+        write_script(
+            "import time\nfrom pathlib import Path\ndef run(mb):\n    if not Path('hog').exists():\n"
+            "        Path('hog').touch()\n        data = b'x' * (400 << 20)\n        time.sleep(30)\n"
+            "    return mb\n"
+        )
         summary = run_step(config(worker_memory_limit="200MB"))
-        assert summary["attempts_retried"] == 1 and output_lines(summary) == ["data/f0000.txt"]
+        assert summary["attempts_retried"] == 1
+        assert output_lines(summary) == ["data/f0000.txt"]
         attempts = pd.read_csv(Path(summary["run_dir"]) / "logs/sys/job_report/processed_mini-batches.csv")
         assert attempts["outcome"].tolist() == ["out_of_memory", "succeeded"]
         assert re.match(r"OutOfMemory: worker used \d+ MB, above worker_memory_limit 200 MB", attempts["error"][0])
 
     def test_sigkill_with_high_memory_is_reported_as_likely_out_of_memory(self, make_files, write_script):
         make_files(1)
-        write_script("import os, signal, time\ndef run(mb):\n    data = b'x' * (1200 << 20)\n    time.sleep(2.5)\n"
-                     "    os.kill(os.getpid(), signal.SIGKILL)\n")
+        write_script(
+            "import os, signal, time\ndef run(mb):\n    data = b'x' * (1200 << 20)\n    time.sleep(2.5)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        )
         summary = run_step(config(run_max_try=1))
         assert re.search(r"SIGKILL\(-9\): likely out of memory .*last RSS 1[12]\d\d MB", master_role(summary))
 
@@ -179,7 +205,8 @@ def test_driver_restarts_after_a_system_error_and_resumes(make_files, write_scri
     assert json.loads((Path(summary["run_dir"]) / "run.json").read_text())["restarts"] == summary["restarts"]
     assert "restart 1 of 2 after a system error: OSError: [Errno 24] Too many open files" in master_role(summary)
     assert sorted(output_lines(summary)) == [f"data/f{i:04d}.txt" for i in range(30)]
-    assert summary["items_succeeded"] == 30 and summary["mini_batches_succeeded"] == 30
+    assert summary["items_succeeded"] == 30
+    assert summary["mini_batches_succeeded"] == 30
     assert "restart" in [e["type"] for e in events]
 
 
@@ -198,7 +225,8 @@ def test_a_broken_progress_callback_does_not_break_the_run(make_files, write_scr
         raise OSError("boom")
 
     summary = run_step(config(), on_progress=broken)
-    assert summary["status"] == "Succeeded" and "on_progress callback failed" in master_role(summary)
+    assert summary["status"] == "Succeeded"
+    assert "on_progress callback failed" in master_role(summary)
 
 
 class TestJobLevelTimeouts:
@@ -212,10 +240,13 @@ class TestJobLevelTimeouts:
 
     def test_hang_detection_off_and_entry_script_hang_timeout(self, make_files, write_script):
         make_files(2)
-        write_script("import time\nfrom parallel_steps import EntryScript\ndef run(mb):\n"
-                     "    with EntryScript().hang_timeout(20):\n        time.sleep(2.5)\n    return mb\n")
+        write_script(
+            "import time\nfrom parallel_steps import EntryScript\ndef run(mb):\n"
+            "    with EntryScript().hang_timeout(20):\n        time.sleep(2.5)\n    return mb\n"
+        )
         summary = run_step(config(mini_batch_size=1, run_invocation_timeout=1, progress_update_timeout=1))
-        assert summary["mini_batches_succeeded"] == 2 and summary["attempts_retried"] == 0
+        assert summary["mini_batches_succeeded"] == 2
+        assert summary["attempts_retried"] == 0
         assert "set the run() timeout of its current mini-batch to 20 s" in master_role(summary)
         write_script("import time\ndef run(mb):\n    time.sleep(2)\n    return mb\n")
         summary = run_step(config(progress_update_timeout=1, hang_detection=False))
@@ -237,7 +268,8 @@ def test_perf_files_sampled_at_the_interval_and_profiles_load(make_files, write_
     assert len(node) >= 6, "one row per 0.5 s over a run of about 4 s"
     assert {"cpu_percent", "memory_used_mb"} <= set(node.columns)
     processes = pd.read_csv(perf / "processes_resource_usage.csv")
-    assert set(processes["process_name"]) == {"process000"} and processes["rss_mb"].dropna().gt(0).all()
+    assert set(processes["process_name"]) == {"process000"}
+    assert processes["rss_mb"].dropna().gt(0).all()
     assert len(pd.read_csv(perf / "node_disk_usage.csv")) == len(node)
     stats = pstats.Stats(str(Path(summary["run_dir"]) / "logs/sys/node/node0/process000.profile"))
     assert any(name == "run" for _, _, name in stats.stats)
@@ -245,11 +277,14 @@ def test_perf_files_sampled_at_the_interval_and_profiles_load(make_files, write_
 
 def test_events_reach_the_callback(make_files, write_script):
     make_files(4)
-    write_script("import os\ndef run(mb):\n    if mb[0].endswith('2.txt'):\n        os._exit(3)\n"
-                 "    if mb[0].endswith('1.txt'):\n        raise ValueError('x')\n    return mb\n")
+    write_script(
+        "import os\ndef run(mb):\n    if mb[0].endswith('2.txt'):\n        os._exit(3)\n"
+        "    if mb[0].endswith('1.txt'):\n        raise ValueError('x')\n    return mb\n"
+    )
     events = []
     with pytest.raises(StepFailed):
         run_step(config(mini_batch_size=1, run_max_try=1, error_threshold=1), on_event=events.append)
     kinds = [e["type"] for e in events]
-    assert kinds[0] == "job_started" and kinds[-1] == "job_finished"
+    assert kinds[0] == "job_started"
+    assert kinds[-1] == "job_finished"
     assert {"mini_batch_failed", "worker_replaced", "threshold_exceeded"} <= set(kinds)

@@ -50,21 +50,31 @@ def alive(pids) -> list[int]:
 def test_detached_run_followed_with_status_logs_and_wait(slow_step):
     run_id, run_dir = detach(slow_step)
     code, status = cli_json("status", run_id)
-    assert code == 0 and status["status"] in ("Queued", "Running") and status["run_id"] == run_id
-    follow = subprocess.run([sys.executable, "-m", "parallel_steps.cli", "logs", run_id, "--follow"],
-                            capture_output=True, text=True, timeout=120)
-    assert "20 mini-batches planned" in follow.stdout and "Succeeded: every mini-batch succeeded" in follow.stdout
+    assert code == 0
+    assert status["status"] in ("Queued", "Running")
+    assert status["run_id"] == run_id
+    follow = subprocess.run(
+        [sys.executable, "-m", "parallel_steps.cli", "logs", run_id, "--follow"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "20 mini-batches planned" in follow.stdout
+    assert "Succeeded: every mini-batch succeeded" in follow.stdout
     code, summary = cli_json("wait", str(run_dir))
-    assert code == 0 and summary["status"] == "Succeeded" and summary["items_succeeded"] == 20
+    assert code == 0
+    assert summary["status"] == "Succeeded"
+    assert summary["items_succeeded"] == 20
     listing = cli("status", run_id, "--mini-batches")
-    assert listing.stdout.count(" succeeded ") == 20 and "worker=node0/process00" in listing.stdout
+    assert listing.stdout.count(" succeeded ") == 20
+    assert "worker=node0/process00" in listing.stdout
     story = cli("logs", run_id, "--mini-batch", "3").stdout
     assert story.startswith("mini-batch 3: succeeded after 1 attempt(s); data/f0003.txt")
     assert "mini_batch=3 attempt=1 items=1 succeeded=1" in story
 
 
 def test_cancel_stops_a_detached_run_and_its_workers(tmp_path, slow_step):
-    run_id, run_dir = detach(slow_step + ["--set", "environment_variables={SLEEP: '5'}"])
+    run_id, _run_dir = detach([*slow_step, "--set", "environment_variables={SLEEP: '5'}"])
     deadline = time.monotonic() + 60
     while len(worker_pids(tmp_path)) < 2:
         assert time.monotonic() < deadline
@@ -72,16 +82,22 @@ def test_cancel_stops_a_detached_run_and_its_workers(tmp_path, slow_step):
     canceled_at = time.monotonic()
     assert cli("cancel", run_id).returncode == 0
     code, summary = cli_json("wait", run_id, "--timeout", "30")
-    assert code == 1 and summary["status"] == "Canceled" and summary["status_reason"] == "canceled by the user"
+    assert code == 1
+    assert summary["status"] == "Canceled"
+    assert summary["status_reason"] == "canceled by the user"
     assert time.monotonic() - canceled_at < 15
     assert alive(worker_pids(tmp_path)) == []
     again = cli("cancel", run_id)
-    assert again.returncode == 2 and "already ended: Canceled" in again.stderr
+    assert again.returncode == 2
+    assert "already ended: Canceled" in again.stderr
 
 
 def test_status_of_a_run_whose_driver_was_killed(tmp_path, slow_step):
-    process = subprocess.Popen([sys.executable, "-m", "parallel_steps.cli", "run", *slow_step],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "parallel_steps.cli", "run", *slow_step],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while len(worker_pids(tmp_path)) < 2:
         assert time.monotonic() < deadline
@@ -89,8 +105,9 @@ def test_status_of_a_run_whose_driver_was_killed(tmp_path, slow_step):
     process.kill()
     process.wait()
     run_id = next(p.name for p in Path("runs").iterdir() if p.name.startswith("parallel-run"))
-    code, status = cli_json("status", run_id)
-    assert status["status"] == "Failed" and "driver process is gone" in status["status_reason"]
+    _code, status = cli_json("status", run_id)
+    assert status["status"] == "Failed"
+    assert "driver process is gone" in status["status_reason"]
     deadline = time.monotonic() + 10
     while alive(worker_pids(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -99,8 +116,9 @@ def test_status_of_a_run_whose_driver_was_killed(tmp_path, slow_step):
 
 def test_python_submit_handle(slow_step, monkeypatch):
     monkeypatch.setenv("SLEEP", "0.01")
-    handle = ParallelRunStep(entry_script="score.py", inputs=["data"], mini_batch_size=5,
-                             process_count_per_node=1).submit()
+    handle = ParallelRunStep(
+        entry_script="score.py", inputs=["data"], mini_batch_size=5, process_count_per_node=1
+    ).submit()
     assert handle.status() in ("Queued", "Running", "Succeeded")
     summary = handle.wait(timeout=120)
     assert summary["status"] == handle.status() == "Succeeded"
@@ -113,16 +131,18 @@ def test_runs_lists_and_clean_removes_but_never_a_running_one(tmp_path, slow_ste
         cli("run", *slow_step, "--set", f"mini_batch_size={size}", "--set", "environment_variables={SLEEP: '0'}")
     for pid in (tmp_path / "pids").iterdir():
         pid.unlink()
-    running_id, _ = detach(slow_step + ["--set", "environment_variables={SLEEP: '5'}", "--name", "long-one"])
+    running_id, _ = detach([*slow_step, "--set", "environment_variables={SLEEP: '5'}", "--name", "long-one"])
     deadline = time.monotonic() + 60
     while len(worker_pids(tmp_path)) < 2:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     listing = cli("runs")
-    assert listing.stdout.count("Succeeded") == 2 and "Running" in listing.stdout
+    assert listing.stdout.count("Succeeded") == 2
+    assert "Running" in listing.stdout
     assert "long-one" in cli("runs", "--name", "long-one").stdout
     removed = cli("clean", "--keep", "0")
-    assert removed.returncode == 0 and "removed 2 run(s)" in removed.stdout
+    assert removed.returncode == 0
+    assert "removed 2 run(s)" in removed.stdout
     assert [r["run_id"] for r in json.loads(cli("runs", "--json").stdout)] == [running_id]
     cli("cancel", running_id)
     cli("wait", running_id)
@@ -131,8 +151,23 @@ def test_runs_lists_and_clean_removes_but_never_a_running_one(tmp_path, slow_ste
 def test_two_runs_with_the_same_key_at_once_never_interleave(tmp_path, make_files, write_script):
     make_files(30)
     write_script("import time\ndef run(mb):\n    time.sleep(0.05)\n    return mb\n")
-    command = [sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", "score.py", "--input", "data",
-               "--mini-batch-size", "2", "--process-count-per-node", "1", "--output", "shared", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "parallel_steps.cli",
+        "run",
+        "--entry-script",
+        "score.py",
+        "--input",
+        "data",
+        "--mini-batch-size",
+        "2",
+        "--process-count-per-node",
+        "1",
+        "--output",
+        "shared",
+        "--json",
+    ]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     second = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     summaries = [json.loads(p.communicate(timeout=180)[0]) for p in (first, second)]

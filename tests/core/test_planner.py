@@ -71,8 +71,13 @@ def write_csv_files(folder, sizes_kb):
     frames = {}
     for i, kb in enumerate(sizes_kb):
         rows = max(1, kb * 1024 // 40)
-        frame = pd.DataFrame({"id": np.arange(rows) + i * 10**7, "value": np.linspace(0, 1, rows),
-                              "text": [f'row "{r}", with comma' if r % 11 == 0 else f"r{r}" for r in range(rows)]})
+        frame = pd.DataFrame(
+            {
+                "id": np.arange(rows) + i * 10**7,
+                "value": np.linspace(0, 1, rows),
+                "text": [f'row "{r}", with comma' if r % 11 == 0 else f"r{r}" for r in range(rows)],
+            }
+        )
         frame.to_csv(folder / f"part{i}.csv", index=False)
         frames[f"part{i}.csv"] = frame
     return frames
@@ -85,7 +90,7 @@ class TestTabular:
         per_file = {}
         for mb in batches:
             per_file.setdefault(os.path.basename(mb.paths[0]), []).append(mb)
-        for name, frame in frames.items():
+        for name, _frame in frames.items():
             size = os.path.getsize(tmp_path / "csv" / name)
             expected = 1 if size <= MB else round(size / MB)
             assert abs(len(per_file[name]) - expected) <= 1, (name, size, len(per_file[name]))
@@ -94,7 +99,7 @@ class TestTabular:
 
     def test_csv_quoted_newlines_are_never_split(self, tmp_path):
         rows = 30000
-        frame = pd.DataFrame({"id": np.arange(rows), "note": [f"line one\nline \"two\" {i}" for i in range(rows)]})
+        frame = pd.DataFrame({"id": np.arange(rows), "note": [f'line one\nline "two" {i}' for i in range(rows)]})
         frame.to_csv(tmp_path / "q.csv", index=False)
         batches, _ = plan([TabularDataset("q.csv")], 100 * 1024)
         assert len(batches) > 5
@@ -110,8 +115,13 @@ class TestTabular:
         assert back["n"].tolist() == list(range(5000))
 
     def test_jsonl_pieces(self, tmp_path):
-        frame = pd.DataFrame({"id": np.arange(50000), "name": [f"n{i}" for i in range(50000)],
-                              "score": np.random.default_rng(0).random(50000)})
+        frame = pd.DataFrame(
+            {
+                "id": np.arange(50000),
+                "name": [f"n{i}" for i in range(50000)],
+                "score": np.random.default_rng(0).random(50000),
+            }
+        )
         frame.to_json(tmp_path / "d.jsonl", orient="records", lines=True)
         batches, _ = plan([TabularDataset("d.jsonl")], 256 * 1024)
         assert len(batches) > 4
@@ -124,7 +134,8 @@ class TestTabular:
         pq.write_table(pa.Table.from_pandas(frame), tmp_path / "many.parquet", row_group_size=10000)
         pq.write_table(pa.Table.from_pandas(frame), tmp_path / "one.parquet", row_group_size=200000)
         many, notes = plan([TabularDataset("many.parquet")], 512 * 1024)
-        assert len(many) > 4 and notes == []
+        assert len(many) > 4
+        assert notes == []
         assert sum(mb.items for mb in many) == 200000
         pd.testing.assert_frame_equal(read_back(many), frame)
         one, notes = plan([TabularDataset("one.parquet")], 512 * 1024)
@@ -132,8 +143,9 @@ class TestTabular:
         assert "1 row group(s)" in notes[0]
 
     def test_partition_keys_one_batch_per_combination(self, tmp_path):
-        frame = pd.DataFrame({"store": ["a", "b", "a", "c", "b", "a"] * 100, "day": [1, 1, 2, 1, 1, 1] * 100,
-                              "sales": np.arange(600)})
+        frame = pd.DataFrame(
+            {"store": ["a", "b", "a", "c", "b", "a"] * 100, "day": [1, 1, 2, 1, 1, 1] * 100, "sales": np.arange(600)}
+        )
         frame.iloc[:300].to_csv(tmp_path / "p1.csv", index=False)
         pq.write_table(pa.Table.from_pandas(frame.iloc[300:]), tmp_path / "p2.parquet")
         batches, _ = plan([TabularDataset(["p1.csv", "p2.parquet"])], MB, partition_keys=["store", "day"])
@@ -146,14 +158,18 @@ class TestTabular:
 
     def test_corrupted_parquet_names_the_file(self, tmp_path):
         (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really parquet")
-        with pytest.raises(InputError, match="bad.parquet: not a readable Parquet file"):
+        with pytest.raises(InputError, match=r"bad\.parquet: not a readable Parquet file"):
             plan([TabularDataset("bad.parquet")], MB)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.tuples(st.integers(-10**6, 10**6), st.text(alphabet='ab,"\n x', max_size=12)),
-                     min_size=1, max_size=400),
-       batch=st.integers(16, 4096), fmt=st.sampled_from(["csv", "jsonl", "parquet"]))
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(-(10**6), 10**6), st.text(alphabet='ab,"\n x', max_size=12)), min_size=1, max_size=400
+    ),
+    batch=st.integers(16, 4096),
+    fmt=st.sampled_from(["csv", "jsonl", "parquet"]),
+)
 def test_every_row_read_back_exactly_once(tmp_path_factory, rows, batch, fmt):
     folder = tmp_path_factory.mktemp("prop")
     frame = pd.DataFrame(rows, columns=["n", "s"])

@@ -49,8 +49,14 @@ def reset_calls(folder: Path) -> None:
 
 
 def config(**fields):
-    fields = {"entry_script": "score.py", "inputs": ["data"], "mini_batch_size": 5, "process_count_per_node": 2,
-              "output": "out", **fields}
+    fields = {
+        "entry_script": "score.py",
+        "inputs": ["data"],
+        "mini_batch_size": 5,
+        "process_count_per_node": 2,
+        "output": "out",
+        **fields,
+    }
     return ParallelRunConfig(**fields)
 
 
@@ -60,7 +66,8 @@ class TestWholeStepReuse:
         before = Path(first["output_file"]).read_bytes()
         reset_calls(counting)
         again = run_step(config())
-        assert again["reused"] is True and again["run_id"] == first["run_id"]
+        assert again["reused"] is True
+        assert again["run_id"] == first["run_id"]
         assert (again["workers_started"], again["mini_batches_run"], again["mini_batches_reused"]) == (0, 0, 10)
         assert calls(counting) == {}
         assert Path(again["output_file"]).read_bytes() == before
@@ -69,25 +76,31 @@ class TestWholeStepReuse:
     def test_reuse_restores_the_output_into_another_folder(self, counting):
         first = run_step(config())
         again = run_step(config(output="elsewhere"))
-        assert again["reused"] and Path("elsewhere/parallel_run_step.txt").read_bytes() == \
-            Path(first["output_file"]).read_bytes()
+        assert again["reused"]
+        assert Path("elsewhere/parallel_run_step.txt").read_bytes() == Path(first["output_file"]).read_bytes()
 
     def test_reuse_with_the_default_output_folder_points_at_the_earlier_output(self, counting):
         first = run_step(config(output=None))
         again = run_step(config(output=None))
-        assert again["reused"] and again["output_file"] == first["output_file"]
+        assert again["reused"]
+        assert again["output_file"] == first["output_file"]
         assert len([p for p in Path("runs").iterdir() if p.name.startswith("parallel-run")]) == 1
 
     def test_reuse_into_a_run_folder_the_caller_chose_keeps_output_and_summary_there(self, counting):
         first = run_step(config(output=None), run_dir="task-1")
         again = run_step(config(output=None), run_dir="task-2")
-        assert again["reused"] and again["output_file"] == str(Path("task-2/output/parallel_run_step.txt").absolute())
+        assert again["reused"]
+        assert again["output_file"] == str(Path("task-2/output/parallel_run_step.txt").absolute())
         assert Path(again["output_file"]).read_text() == Path(first["output_file"]).read_text()
         assert json.loads(Path("task-2/run.json").read_text())["reused"] is True
 
     def test_a_stricter_threshold_is_not_satisfied_by_an_earlier_looser_run(self, counting):
-        (counting / "score.py").write_text(COUNTING.replace("    return [tag", "    mini_batch = mini_batch[1:] if "
-                                                            "first == 'f0000.txt' else mini_batch\n    return [tag"))
+        (counting / "score.py").write_text(
+            COUNTING.replace(
+                "    return [tag",
+                "    mini_batch = mini_batch[1:] if first == 'f0000.txt' else mini_batch\n    return [tag",
+            )
+        )
         loose = run_step(config())
         assert loose["items_failed"] == 1
         with pytest.raises(StepFailed, match="error_threshold 0 exceeded: 1 items failed"):
@@ -97,10 +110,18 @@ class TestWholeStepReuse:
         run_step(config())
         reset_calls(counting)
         again = run_step(config(allow_reuse=False))
-        assert again["reused"] is False and len(calls(counting)) == 10
+        assert again["reused"] is False
+        assert len(calls(counting)) == 10
 
-    @pytest.mark.parametrize("change", [dict(process_count_per_node=1), dict(run_invocation_timeout=5),
-                                        dict(logging_level="DEBUG"), dict(node_count=2)])
+    @pytest.mark.parametrize(
+        "change",
+        [
+            dict(process_count_per_node=1),
+            dict(run_invocation_timeout=5),
+            dict(logging_level="DEBUG"),
+            dict(node_count=2),
+        ],
+    )
     def test_speed_only_fields_keep_the_key(self, counting, change):
         assert reuse_key(config()) == reuse_key(config(**change))
         run_step(config())
@@ -136,7 +157,8 @@ class TestPerMiniBatchReuse:
         else:
             fields["mini_batch_size"] = 10
         summary = run_step(config(**fields))
-        assert summary["mini_batches_reused"] == 0 and summary["reused"] is False
+        assert summary["mini_batches_reused"] == 0
+        assert summary["reused"] is False
         assert sum(calls(counting).values()) == summary["mini_batches_total"]
 
     def test_content_fingerprints_ignore_touching_files(self, counting):
@@ -151,9 +173,13 @@ class TestResume:
     def test_failed_threshold_run_reruns_only_failed_mini_batches_after_the_fix(self, counting):
         bad = counting / "data" / "f0012.txt"
         bad.write_text("oops\n")
-        (counting / "score.py").write_text(COUNTING.replace(
-            "    tag = ", "    if any(Path(p).read_text().startswith('oops') for p in mini_batch):\n"
-                         "        raise ValueError('bad input')\n    tag = "))
+        (counting / "score.py").write_text(
+            COUNTING.replace(
+                "    tag = ",
+                "    if any(Path(p).read_text().startswith('oops') for p in mini_batch):\n"
+                "        raise ValueError('bad input')\n    tag = ",
+            )
+        )
         with pytest.raises(StepFailed) as failed:
             run_step(config(error_threshold=0, run_max_try=1, process_count_per_node=1))
         done = failed.value.summary["mini_batches_succeeded"]
@@ -163,7 +189,8 @@ class TestResume:
         summary = run_step(config(error_threshold=0, run_max_try=1))
         assert summary["mini_batches_reused"] == done
         assert summary["mini_batches_run"] == 10 - done
-        assert "f0010.txt" in calls(counting) and sum(calls(counting).values()) == 10 - done
+        assert "f0010.txt" in calls(counting)
+        assert sum(calls(counting).values()) == 10 - done
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
 
     def test_rerun_in_the_same_run_dir_resumes(self, counting, monkeypatch):
@@ -188,9 +215,23 @@ def test_driver_sigkilled_at_ten_random_points(counting, tmp_path):
         home = tmp_path / f"home{round_}"
         env = {**os.environ, "PARALLEL_STEPS_HOME": str(home), "SLEEP": "0.04"}
         reset_calls(counting)
-        command = [sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", "score.py", "--input",
-                   "data", "--mini-batch-size", "1", "--process-count-per-node", "2", "--output", f"out{round_}",
-                   "--json"]
+        command = [
+            sys.executable,
+            "-m",
+            "parallel_steps.cli",
+            "run",
+            "--entry-script",
+            "score.py",
+            "--input",
+            "data",
+            "--mini-batch-size",
+            "1",
+            "--process-count-per-node",
+            "2",
+            "--output",
+            f"out{round_}",
+            "--json",
+        ]
         driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 2.0))
         driver.send_signal(signal.SIGKILL)
@@ -223,7 +264,9 @@ def _committed_names(run_dir: Path) -> list[str]:
         return []
     db = sqlite3.connect(run_dir / "ledger.sqlite")
     try:
-        return [Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")]
+        return [
+            Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")
+        ]
     finally:
         db.close()
 
@@ -244,5 +287,6 @@ def test_an_earlier_ledger_of_another_layout_is_skipped_not_fatal(tmp_path, make
 
     second = run_step(config)
 
-    assert second["status"] == "Succeeded" and second["mini_batches_run"] == 2
+    assert second["status"] == "Succeeded"
+    assert second["mini_batches_run"] == 2
     assert output_lines(second) == [f"data/f{i:04d}.txt" for i in range(4)]

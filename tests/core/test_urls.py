@@ -35,7 +35,8 @@ def test_file_inputs_named_by_url_are_downloaded_and_reused_by_fingerprint(tmp_p
     config = ParallelRunConfig(entry_script="score.py", inputs=[_url(data)], mini_batch_size=3, output="out")
 
     first = run_step(config)
-    assert first["status"] == "Succeeded" and first["mini_batches_total"] == 3
+    assert first["status"] == "Succeeded"
+    assert first["mini_batches_total"] == 3
     assert output_lines(first) == [f"f{i:04d}.txt={i} local=True" for i in range(7)]
 
     assert run_step(config)["reused"] is True  # fingerprints of URL objects match
@@ -43,7 +44,9 @@ def test_file_inputs_named_by_url_are_downloaded_and_reused_by_fingerprint(tmp_p
     time.sleep(0.01)
     (data / "f0004.txt").write_text("changed\n")  # a new size and mtime for one object
     rerun = run_step(config)
-    assert not rerun["reused"] and rerun["mini_batches_reused"] == 2 and rerun["mini_batches_run"] == 1
+    assert not rerun["reused"]
+    assert rerun["mini_batches_reused"] == 2
+    assert rerun["mini_batches_run"] == 1
     assert output_lines(rerun)[4] == "f0004.txt=changed local=True"
     assert len(output_lines(rerun)) == 7
 
@@ -57,8 +60,13 @@ def test_tables_named_by_url_split_into_pieces_give_every_row_once(tmp_path, wri
     (tmp_path / "tables" / "_temporary").mkdir()
     (tmp_path / "tables" / "_temporary" / "part-0.csv").write_text("id\nnot a number\n")
     write_script("def run(frame):\n    return frame[['id']]\n")
-    config = ParallelRunConfig(entry_script="score.py", inputs=[{"type": "tabular", "path": _url("tables")}],
-                               mini_batch_size="16KB", output="out", append_row_file_name="ids.csv")
+    config = ParallelRunConfig(
+        entry_script="score.py",
+        inputs=[{"type": "tabular", "path": _url("tables")}],
+        mini_batch_size="16KB",
+        output="out",
+        append_row_file_name="ids.csv",
+    )
 
     summary = run_step(config)
 
@@ -88,23 +96,42 @@ def test_side_input_named_by_url_reaches_the_script_as_a_local_copy(tmp_path, ma
         def run(mini_batch):
             return [f"{weights} {where}" for _ in mini_batch]
     """)
-    config = ParallelRunConfig(entry_script="score.py", inputs=["data"], output="out",
-                               side_inputs={"model": _url("model")},
-                               arguments=["--model", "${side_inputs.model}"])
+    config = ParallelRunConfig(
+        entry_script="score.py",
+        inputs=["data"],
+        output="out",
+        side_inputs={"model": _url("model")},
+        arguments=["--model", "${side_inputs.model}"],
+    )
 
     summary = run_step(config)
 
     assert summary["status"] == "Succeeded", summary["status_reason"]
     weights, where = output_lines(summary)[0].split(" ", 1)
-    assert weights == "42" and where.startswith(str(SIDE_INPUTS_DIR))
+    assert weights == "42"
+    assert where.startswith(str(SIDE_INPUTS_DIR))
     assert not (SIDE_INPUTS_DIR / summary["run_id"]).exists()  # the copies go with the run
 
 
 def test_missing_url_is_one_line_naming_it(tmp_path, write_script):
     write_script("def run(mini_batch):\n    return mini_batch\n")
     url = _url("nowhere")
-    result = subprocess.run([sys.executable, "-m", "parallel_steps.cli", "run", "--entry-script", "score.py",
-                             "--input", url, "--output", "out"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_steps.cli",
+            "run",
+            "--entry-script",
+            "score.py",
+            "--input",
+            url,
+            "--output",
+            "out",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"parallel-steps: {url}: no such file or folder"]
     assert not (tmp_path / "out").exists()
@@ -121,8 +148,9 @@ def test_output_named_by_url_is_uploaded_and_a_reused_run_uploads_it_again(tmp_p
                 open(os.path.join(EntryScript().output_dir, os.path.basename(path) + ".done"), "w").close()
             return [os.path.basename(path) for path in mini_batch]
     """)
-    config = ParallelRunConfig(entry_script="score.py", inputs=["data"], mini_batch_size=2,
-                               output=_url("bucket/scores"))
+    config = ParallelRunConfig(
+        entry_script="score.py", inputs=["data"], mini_batch_size=2, output=_url("bucket/scores")
+    )
 
     summary = run_step(config)
 
@@ -134,5 +162,6 @@ def test_output_named_by_url_is_uploaded_and_a_reused_run_uploads_it_again(tmp_p
 
     elsewhere = run_step(config.with_overrides(output=_url("bucket/copy")))
     assert elsewhere["reused"] is True
-    assert (tmp_path / "bucket" / "copy" / "parallel_run_step.txt").read_text() == \
-        (uploaded / "parallel_run_step.txt").read_text()
+    assert (tmp_path / "bucket" / "copy" / "parallel_run_step.txt").read_text() == (
+        uploaded / "parallel_run_step.txt"
+    ).read_text()

@@ -10,7 +10,6 @@ import sys
 import pytest
 from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 from prefect.testing.utilities import prefect_test_harness
-
 from prefect_helpers import FLOWS
 
 

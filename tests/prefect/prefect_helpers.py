@@ -7,8 +7,13 @@ from pathlib import Path
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey,
-                                            TaskRunFilter, TaskRunFilterFlowRunId)
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+    TaskRunFilter,
+    TaskRunFilterFlowRunId,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FLOWS = REPO / "flows"
@@ -17,8 +22,11 @@ FLOWS = REPO / "flows"
 def artifacts(flow_run_id: UUID, key: str) -> list:
     """The artifacts with `key` that one flow run created."""
     with get_client(sync_client=True) as client:
-        return client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=[key]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])
+            )
+        )
 
 
 def table(flow_run_id: UUID, key: str) -> list[dict]:
@@ -37,8 +45,9 @@ def summary_table(flow_run_id: UUID, step: str) -> dict:
 def task_states(flow_run_id: UUID) -> dict[str, str]:
     """{task run name: state name} of a flow run."""
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(task_run_filter=TaskRunFilter(
-            flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id])))
+        runs = client.read_task_runs(
+            task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id]))
+        )
     return {run.name: run.state.name for run in runs}
 
 

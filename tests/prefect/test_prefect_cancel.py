@@ -8,13 +8,13 @@ import textwrap
 import threading
 
 import psutil
-from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.states import Cancelling
+from prefect_helpers import subprocess_env, task_states, wait_for
 
 from parallel_steps.prefect import parallel_run
-from prefect_helpers import subprocess_env, task_states, wait_for
+from prefect import flow
 
 # run() marks that it started (one file per worker pid), then takes far longer than any test.
 SLOW = """
@@ -29,8 +29,9 @@ SLOW = """
         time.sleep(600)
         return mini_batch
 """
-SLOW_FIELDS = dict(mini_batch_size=1, process_count_per_node=2, run_invocation_timeout=900, allow_reuse=False,
-                   name="slow")
+SLOW_FIELDS = dict(
+    mini_batch_size=1, process_count_per_node=2, run_invocation_timeout=900, allow_reuse=False, name="slow"
+)
 
 
 def started_workers(tmp_path) -> list[int]:
@@ -67,7 +68,8 @@ def test_cancelling_the_flow_run_stops_the_workers(write_script, make_files, tmp
     assert not runner.is_alive()
     assert alive(workers) == []
     summary = run_summary(tmp_path)
-    assert summary["status"] == "Canceled" and "flow run was cancelled" in summary["status_reason"]
+    assert summary["status"] == "Canceled"
+    assert "flow run was cancelled" in summary["status_reason"]
     assert summary["mini_batches_succeeded"] == 0
     assert task_states(ids["flow_run"]) == {"slow": "Cancelled"}
 
@@ -90,11 +92,17 @@ def test_a_sigterm_to_the_flow_process_cancels_the_step(write_script, make_files
     (tmp_path / "started").mkdir()
     flow_file = tmp_path / "slow_flow.py"
     flow_file.write_text(textwrap.dedent(FLOW_SCRIPT).format(script=str(script), data=str(data), fields=SLOW_FIELDS))
-    process = subprocess.Popen([sys.executable, str(flow_file)], env=subprocess_env(prefect_server),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(flow_file)],
+        env=subprocess_env(prefect_server),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        workers = wait_for(lambda: started_workers(tmp_path) or process.poll() is not None,
-                           what="both workers to start run()")
+        workers = wait_for(
+            lambda: started_workers(tmp_path) or process.poll() is not None, what="both workers to start run()"
+        )
         assert process.poll() is None, process.stdout.read()
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=300)

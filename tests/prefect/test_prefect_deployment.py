@@ -10,7 +10,6 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
-
 from prefect_helpers import FLOWS, REPO, subprocess_env, summary_table, task_states, wait_for
 
 DEPLOYMENT = "score-transactions/score-transactions-served"
@@ -23,8 +22,9 @@ def served(prefect_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
     env = subprocess_env(prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1", PARALLEL_STEPS_HOME=str(root / "runs"))
     with open(root / "serve.log", "w") as log:
-        process = subprocess.Popen([sys.executable, str(FLOWS / "serve_tabular.py")], cwd=REPO, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, str(FLOWS / "serve_tabular.py")], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             wait_for(lambda: _deployment_exists() or process.poll() is not None, timeout=180, what="the deployment")
             assert process.poll() is None, (root / "serve.log").read_text()
@@ -48,8 +48,12 @@ def _deployment_exists() -> bool:
 
 
 def test_a_deployment_run_takes_parameter_overrides(served, tmp_path):
-    parameters = {"input_path": str(tmp_path / "transactions"), "output": str(tmp_path / "out"),
-                  "mini_batch_size": 5, "process_count_per_node": 1}
+    parameters = {
+        "input_path": str(tmp_path / "transactions"),
+        "output": str(tmp_path / "out"),
+        "mini_batch_size": 5,
+        "process_count_per_node": 1,
+    }
     flow_run = run_deployment(DEPLOYMENT, parameters=parameters, timeout=400, poll_interval=1)
     assert flow_run.state.is_completed(), (flow_run.state, (served / "serve.log").read_text()[-4000:])
     assert flow_run.parameters["mini_batch_size"] == 5

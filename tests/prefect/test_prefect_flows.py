@@ -1,10 +1,12 @@
 """The example flows in flows/, run for real: flow parameters override the step."""
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
+from prefect_helpers import artifacts, flow_run_id, summary_table, task_states
 
 from parallel_steps.prefect import ParallelRunFailed
-from prefect_helpers import artifacts, flow_run_id, summary_table, task_states
 
 STEP = "score-transactions"
 ROWS, INVALID = 4 * 4 * 500, 4  # the example data: 4 files x 4 row groups x 500 rows, 1 invalid row per file
@@ -19,8 +21,12 @@ def tabular(example_flows):
 
 def run(tabular, tmp_path, **parameters):
     """Run the transactions flow on example data in this test's folder; returns its final state."""
-    parameters = {"input_path": str(tmp_path / "transactions"), "output": str(tmp_path / "out"),
-                  "process_count_per_node": 2, **parameters}
+    parameters = {
+        "input_path": str(tmp_path / "transactions"),
+        "output": str(tmp_path / "out"),
+        "process_count_per_node": 2,
+        **parameters,
+    }
     return tabular.score_transactions(**parameters, return_state=True)
 
 
@@ -70,8 +76,9 @@ class TestTabularFlow:
 
 
 class TestDigitsFlow:
-    def test_digits_flow_scores_and_a_rerun_with_mini_batch_size_5_doubles_the_mini_batches(self, example_flows,
-                                                                                             tmp_path):
+    def test_digits_flow_scores_and_a_rerun_with_mini_batch_size_5_doubles_the_mini_batches(
+        self, example_flows, tmp_path
+    ):
         import digits_flow
 
         first = digits_flow.score_digits(output=str(tmp_path / "out"), return_state=True).result()
@@ -81,5 +88,6 @@ class TestDigitsFlow:
         resized = second.result()
         assert resized["mini_batches_total"] == 90
         assert summary_table(flow_run_id(second), "score-digits")["mini_batches_total"] == 90
-        assert sorted(open(resized["output_file"]).read().splitlines()) == \
-            sorted(open(first["output_file"]).read().splitlines())
+        assert sorted(Path(resized["output_file"]).read_text().splitlines()) == sorted(
+            Path(first["output_file"]).read_text().splitlines()
+        )

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from prefect import flow
+from prefect_helpers import wait_for
 
 from parallel_steps.prefect import parallel_run
-from prefect_helpers import wait_for
+from prefect import flow
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -77,15 +77,38 @@ def ray_cluster():
     # RAY_AUTH_MODE says so: state it, so this cluster and the step's driver agree on every machine.
     env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     started = subprocess.run(
-        [RAY, "start", "--head", "--port", str(port), "--num-cpus", "2",
-         "--num-gpus", "0", "--object-store-memory", str(100 * 2**20), "--include-dashboard", "false",
-         "--temp-dir", temp_dir, "--disable-usage-stats", "--dashboard-agent-listen-port", str(_free_port()),
-         "--ray-client-server-port", str(_free_port())],
-        capture_output=True, text=True, timeout=300, env=env)
+        [
+            RAY,
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--num-gpus",
+            "0",
+            "--object-store-memory",
+            str(100 * 2**20),
+            "--include-dashboard",
+            "false",
+            "--temp-dir",
+            temp_dir,
+            "--disable-usage-stats",
+            "--dashboard-agent-listen-port",
+            str(_free_port()),
+            "--ray-client-server-port",
+            str(_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     address = re.search(r"--address='([^']+)'", started.stdout)  # the head's node IP and port
     cluster = {"address": address.group(1) if address else f":{port}", "temp_dir": temp_dir}
     try:
-        assert started.returncode == 0 and address, started.stdout + started.stderr
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert address, started.stdout + started.stderr
         yield cluster
     finally:
         _stop(cluster)
@@ -123,12 +146,20 @@ def test_a_step_runs_on_a_ray_cluster_given_by_ray_address(ray_cluster, write_sc
 
     @flow
     def on_ray():
-        return parallel_run(entry_script=str(script), inputs=str(data), mini_batch_size=2, process_count_per_node=2,
-                            backend="ray", ray_address=ray_cluster["address"], name="on-ray")
+        return parallel_run(
+            entry_script=str(script),
+            inputs=str(data),
+            mini_batch_size=2,
+            process_count_per_node=2,
+            backend="ray",
+            ray_address=ray_cluster["address"],
+            name="on-ray",
+        )
 
     summary = on_ray()
     assert (summary["status"], summary["mini_batches_total"]) == ("Succeeded", 3)
-    assert summary["config"]["backend"] == "ray" and summary["config"]["ray_address"] == ray_cluster["address"]
+    assert summary["config"]["backend"] == "ray"
+    assert summary["config"]["ray_address"] == ray_cluster["address"]
     lines = [line.split() for line in Path(summary["output_file"]).read_text().splitlines()]
     assert [name for name, _ in lines] == [f"f{i:04d}.txt" for i in range(6)]
     assert len({node for _, node in lines}) == 1  # a Ray node id: run() ran inside a Ray actor

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 import pytest
-from prefect import flow
+from prefect_helpers import artifacts, flow_run_id, summary_table, table, task_states
 
 from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.prefect import ParallelRunFailed, parallel_run
-from prefect_helpers import artifacts, flow_run_id, summary_table, table, task_states
+from prefect import flow
 
 ECHO = """
     def init():
@@ -30,8 +30,14 @@ def output_lines(summary: dict) -> list[str]:
 class TestRun:
     def test_returns_the_summary_and_publishes_artifacts(self, write_script, make_files):
         script, data = write_script(ECHO), make_files(20)
-        state = one_step(entry_script=str(script), inputs=str(data), mini_batch_size=5, process_count_per_node=2,
-                         name="echo", return_state=True)
+        state = one_step(
+            entry_script=str(script),
+            inputs=str(data),
+            mini_batch_size=5,
+            process_count_per_node=2,
+            name="echo",
+            return_state=True,
+        )
         summary = state.result()
         assert (summary["status"], summary["mini_batches_total"], summary["items_succeeded"]) == ("Succeeded", 4, 20)
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(20)]
@@ -40,8 +46,10 @@ class TestRun:
         assert [a.data for a in progress] == [100.0]
         assert "4/4 mini-batches done; Succeeded" in progress[0].description
         shown = summary_table(run, "echo")
-        assert shown["status"] == "Succeeded" and shown["mini_batches_total"] == 4
-        assert shown["config.mini_batch_size"] == 5 and shown["output_file"] == summary["output_file"]
+        assert shown["status"] == "Succeeded"
+        assert shown["mini_batches_total"] == 4
+        assert shown["config.mini_batch_size"] == 5
+        assert shown["output_file"] == summary["output_file"]
         assert artifacts(run, "echo-failed-mini-batches") == []
 
     def test_takes_a_config_a_dict_or_a_step_file_with_field_overrides(self, write_script, make_files, tmp_path):
@@ -51,14 +59,22 @@ class TestRun:
 
         @flow
         def three_forms():
-            return [parallel_run(base, mini_batch_size=2, process_count_per_node=1),
-                    parallel_run({"name": "from-dict", "entry_script": str(script), "inputs": str(data)},
-                                 mini_batch_size=3, process_count_per_node=1),
-                    parallel_run(str(tmp_path / "step.yaml"), mini_batch_size=None, process_count_per_node=1)]
+            return [
+                parallel_run(base, mini_batch_size=2, process_count_per_node=1),
+                parallel_run(
+                    {"name": "from-dict", "entry_script": str(script), "inputs": str(data)},
+                    mini_batch_size=3,
+                    process_count_per_node=1,
+                ),
+                parallel_run(str(tmp_path / "step.yaml"), mini_batch_size=None, process_count_per_node=1),
+            ]
 
         summaries = three_forms()
         assert [(s["name"], s["mini_batches_total"]) for s in summaries] == [
-            ("from-config", 3), ("from-dict", 2), ("from-yaml", 1)]
+            ("from-config", 3),
+            ("from-dict", 2),
+            ("from-yaml", 1),
+        ]
 
     def test_submitted_steps_run_side_by_side_in_their_own_run_directories(self, write_script, make_files):
         script = write_script(ECHO)
@@ -66,9 +82,16 @@ class TestRun:
 
         @flow
         def two_steps():
-            futures = [parallel_run.submit(entry_script=str(script), inputs=str(folder), mini_batch_size=2,
-                                           process_count_per_node=1, name="side")
-                       for folder in (first, second)]
+            futures = [
+                parallel_run.submit(
+                    entry_script=str(script),
+                    inputs=str(folder),
+                    mini_batch_size=2,
+                    process_count_per_node=1,
+                    name="side",
+                )
+                for folder in (first, second)
+            ]
             return [future.result() for future in futures]
 
         summaries = two_steps()
@@ -76,8 +99,9 @@ class TestRun:
         assert summaries[0]["run_dir"] != summaries[1]["run_dir"]
 
     def test_an_invalid_field_fails_the_task_run_naming_the_field(self, write_script, make_files):
-        state = one_step(entry_script=str(write_script(ECHO)), inputs=str(make_files(2)), mini_batch_size="10XB",
-                         return_state=True)
+        state = one_step(
+            entry_script=str(write_script(ECHO)), inputs=str(make_files(2)), mini_batch_size="10XB", return_state=True
+        )
         assert state.is_failed()
         with pytest.raises(ValueError, match="mini_batch_size: '10XB' is not a size"):
             state.result()
@@ -96,15 +120,24 @@ FAIL_ON_F3 = """
 
 class TestFailure:
     def test_a_failed_step_fails_task_and_flow_with_the_reason(self, write_script, make_files):
-        state = one_step(entry_script=str(write_script(FAIL_ON_F3)), inputs=str(make_files(8)), mini_batch_size=2,
-                         process_count_per_node=2, run_max_try=2, mini_batch_error_threshold=0, name="breaks",
-                         return_state=True)
+        state = one_step(
+            entry_script=str(write_script(FAIL_ON_F3)),
+            inputs=str(make_files(8)),
+            mini_batch_size=2,
+            process_count_per_node=2,
+            run_max_try=2,
+            mini_batch_error_threshold=0,
+            name="breaks",
+            return_state=True,
+        )
         assert state.is_failed()
         with pytest.raises(ParallelRunFailed) as raised:
             state.result()
-        assert isinstance(raised.value, StepFailed) and raised.value.summary["status"] == "Failed"
+        assert isinstance(raised.value, StepFailed)
+        assert raised.value.summary["status"] == "Failed"
         message = str(raised.value)
-        assert "mini_batch_error_threshold" in message and "logs/job_result.txt" in message
+        assert "mini_batch_error_threshold" in message
+        assert "logs/job_result.txt" in message
         run = flow_run_id(state)
         assert task_states(run) == {"breaks": "Failed"}
         assert "mini_batch_error_threshold" in summary_table(run, "breaks")["status_reason"]
@@ -115,8 +148,13 @@ class TestFailure:
 
 class TestReuse:
     def test_an_identical_rerun_is_cached_with_the_earlier_summary(self, write_script, make_files):
-        fields = dict(entry_script=str(write_script(ECHO)), inputs=str(make_files(6)), mini_batch_size=3,
-                      process_count_per_node=1, name="cached")
+        fields = dict(
+            entry_script=str(write_script(ECHO)),
+            inputs=str(make_files(6)),
+            mini_batch_size=3,
+            process_count_per_node=1,
+            name="cached",
+        )
         first = one_step(**fields, return_state=True)
         second = one_step(**fields, return_state=True)
         assert task_states(flow_run_id(first)) == {"cached": "Completed"}
@@ -124,8 +162,9 @@ class TestReuse:
         assert second.result() == first.result()
 
     def test_a_changed_setting_or_allow_reuse_false_runs_again(self, write_script, make_files):
-        fields = dict(entry_script=str(write_script(ECHO)), inputs=str(make_files(6)), process_count_per_node=1,
-                      name="uncached")
+        fields = dict(
+            entry_script=str(write_script(ECHO)), inputs=str(make_files(6)), process_count_per_node=1, name="uncached"
+        )
         one_step(**fields, mini_batch_size=3)
         resized = one_step(**fields, mini_batch_size=2, return_state=True)
         forced = one_step(**fields, mini_batch_size=2, allow_reuse=False, return_state=True)
@@ -133,14 +172,20 @@ class TestReuse:
         assert task_states(flow_run_id(resized)) == {"uncached": "Completed"}
         assert resized.result()["mini_batches_total"] == 3
         assert task_states(flow_run_id(forced)) == {"uncached": "Completed"}
-        assert forced.result()["reused"] is False and forced.result()["workers_started"] == 1
+        assert forced.result()["reused"] is False
+        assert forced.result()["workers_started"] == 1
         assert task_states(flow_run_id(stricter)) == {"uncached": "Completed"}
 
-
-    def test_a_new_output_folder_runs_the_task_and_the_step_reuses_the_earlier_output(self, write_script,
-                                                                                       make_files, tmp_path):
-        fields = dict(entry_script=str(write_script(ECHO)), inputs=str(make_files(6)), mini_batch_size=3,
-                      process_count_per_node=1, name="moved")
+    def test_a_new_output_folder_runs_the_task_and_the_step_reuses_the_earlier_output(
+        self, write_script, make_files, tmp_path
+    ):
+        fields = dict(
+            entry_script=str(write_script(ECHO)),
+            inputs=str(make_files(6)),
+            mini_batch_size=3,
+            process_count_per_node=1,
+            name="moved",
+        )
         first = one_step(**fields, output=str(tmp_path / "a"), return_state=True).result()
         moved = one_step(**fields, output=str(tmp_path / "b"), return_state=True)
         summary = moved.result()
@@ -149,7 +194,8 @@ class TestReuse:
         assert summary["output_file"] == str(tmp_path / "b" / "parallel_run_step.txt")
         assert output_lines(summary) == output_lines(first)
         (progress,) = artifacts(flow_run_id(moved), "moved-progress")
-        assert progress.data == 100.0 and "Succeeded (reused)" in progress.description
+        assert progress.data == 100.0
+        assert "Succeeded (reused)" in progress.description
 
 
 FAIL_ONCE_ON_F3 = """
@@ -180,14 +226,22 @@ class TestRetry:
         @flow
         def retried():
             return parallel_run.with_options(retries=1)(
-                entry_script=str(script), inputs=str(data), mini_batch_size=1, process_count_per_node=1,
-                run_max_try=1, mini_batch_error_threshold=0, name="resumes", return_state=True)
+                entry_script=str(script),
+                inputs=str(data),
+                mini_batch_size=1,
+                process_count_per_node=1,
+                run_max_try=1,
+                mini_batch_error_threshold=0,
+                name="resumes",
+                return_state=True,
+            )
 
         state = retried()
         summary = state.result()
         # One worker takes mini-batches in order: 0-2 were committed before 3 failed the first attempt
         # (4 may have been in flight when the step stopped; it is unfinished, so it runs again).
-        assert summary["status"] == "Succeeded" and summary["mini_batches_reused"] >= 3
+        assert summary["status"] == "Succeeded"
+        assert summary["mini_batches_reused"] >= 3
         assert summary["mini_batches_run"] == 6 - summary["mini_batches_reused"]
         calls = (tmp_path / "calls.log").read_text().split()
         assert [calls.count(f"f{i:04d}.txt") for i in range(3)] == [1, 1, 1]

@@ -9,7 +9,6 @@ import time
 
 import psutil
 import pytest
-
 from support import NODE_ARGS, OUR_ACTORS
 
 _SESSION = {"pids": set(), "dashboard": None}  # the session cluster's processes and state API address
@@ -25,8 +24,9 @@ def _title(process: psutil.Process) -> str:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """Head + one worker node, each with 1 CPU and 2 logical GPUs; this process is a driver on the head."""
-    import ray
     from ray.cluster_utils import Cluster
+
+    import ray
 
     cluster = Cluster(initialize_head=True, head_node_args=dict(NODE_ARGS, include_dashboard=True))
     cluster.add_node(**NODE_ARGS)
@@ -70,6 +70,5 @@ def _alive_actors() -> list[str]:
     from ray.util.state import list_actors
 
     # The address is explicit: `ray start` in other tests repoints Ray's "current cluster" file.
-    alive = list_actors(address=_SESSION["dashboard"], filters=[("state", "=", "ALIVE")],
-                        raise_on_missing_output=False)
+    alive = list_actors(address=_SESSION["dashboard"], filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
     return [f"{actor.class_name} pid {actor.pid}" for actor in alive if actor.class_name in OUR_ACTORS]

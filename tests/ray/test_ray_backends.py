@@ -7,7 +7,6 @@ import textwrap
 from pathlib import Path
 
 import psutil
-
 from support import CLI, environ, free_port, make_inputs, read_json_stdout
 
 
@@ -21,8 +20,9 @@ def _ray_daemons() -> set[int]:
 
 
 def _run(step: Path, *options: str) -> dict:
-    done = subprocess.run([CLI, "run", str(step), "--json", *options], capture_output=True, text=True, timeout=300,
-                          env=environ())
+    done = subprocess.run(
+        [CLI, "run", str(step), "--json", *options], capture_output=True, text=True, timeout=300, env=environ()
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return read_json_stdout(done.stdout)
 
@@ -31,14 +31,17 @@ def test_local_and_ray_give_byte_identical_output(ray_cluster, tmp_path):
     """The same step file on the local backend, on a running cluster (ray_address) and on a Ray started
     for the run (no address), which is stopped again afterwards."""
     names = make_inputs(tmp_path / "data", [f"doc{i:03d}.txt" for i in range(30)])
-    (tmp_path / "score.py").write_text(textwrap.dedent('''
+    (tmp_path / "score.py").write_text(
+        textwrap.dedent("""
         import os
 
         def run(mini_batch):
             return [f"{os.path.basename(p)}\\t{open(p).read().strip().upper()}" for p in mini_batch]
-    '''))
+    """)
+    )
     step = tmp_path / "step.yaml"
-    step.write_text(textwrap.dedent('''
+    step.write_text(
+        textwrap.dedent("""
         name: same-output
         entry_script: score.py
         inputs: [{type: files, path: data}]
@@ -49,11 +52,19 @@ def test_local_and_ray_give_byte_identical_output(ray_cluster, tmp_path):
         allow_reuse: false
         run_root: runs
         backend: local
-    '''))
+    """)
+    )
 
     local = _run(step, "--output", str(tmp_path / "out-local"))
-    on_cluster = _run(step, "--output", str(tmp_path / "out-cluster"), "--set", "backend=ray",
-                      "--set", f"ray_address={ray_cluster.address}")
+    on_cluster = _run(
+        step,
+        "--output",
+        str(tmp_path / "out-cluster"),
+        "--set",
+        "backend=ray",
+        "--set",
+        f"ray_address={ray_cluster.address}",
+    )
     daemons = _ray_daemons()
     started = _run(step, "--output", str(tmp_path / "out-started"), "--set", "backend=ray", "--set", "node_count=1")
 
@@ -69,12 +80,29 @@ def test_an_address_where_no_cluster_listens_is_a_configuration_error(tmp_path):
     make_inputs(tmp_path / "data", ["a.txt"])
     (tmp_path / "score.py").write_text("def run(mini_batch):\n    return mini_batch\n")
     port = free_port()
-    done = subprocess.run([CLI, "run", "--entry-script", str(tmp_path / "score.py"), "--input", str(tmp_path / "data"),
-                           "--set", "backend=ray", "--set", f"ray_address=127.0.0.1:{port}",
-                           "--set", f"run_root={tmp_path / 'runs'}"],
-                          capture_output=True, text=True, timeout=120, env=environ())
+    done = subprocess.run(
+        [
+            CLI,
+            "run",
+            "--entry-script",
+            str(tmp_path / "score.py"),
+            "--input",
+            str(tmp_path / "data"),
+            "--set",
+            "backend=ray",
+            "--set",
+            f"ray_address=127.0.0.1:{port}",
+            "--set",
+            f"run_root={tmp_path / 'runs'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environ(),
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"parallel-steps: ray_address: nothing accepts connections at 127.0.0.1:{port} (Connection refused) "
-        f"(start the cluster, or check the address and RAY_ADDRESS)")
+        f"(start the cluster, or check the address and RAY_ADDRESS)"
+    )
     assert not any((tmp_path / "runs").glob("*/run.json"))  # nothing was run

@@ -7,19 +7,35 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import (
+    NODE_ARGS,
+    folders,
+    make_inputs,
+    markers,
+    outcomes_by_mini_batch,
+    output_lines,
+    processed,
+    write_entry_script,
+)
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import ConfigError
-from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 from parallel_steps.step import run_step
-from support import (NODE_ARGS, folders, make_inputs, markers, outcomes_by_mini_batch, output_lines, processed,
-                     write_entry_script)
+from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 
 
 def _config(tmp_path: Path, names: list[str], **fields) -> ParallelRunConfig:
-    base = dict(name="ray-test", entry_script=str(tmp_path / "score.py"), inputs=[str(tmp_path / "data")],
-                output=str(tmp_path / "out"), run_root=str(tmp_path / "runs"), backend="ray", allow_reuse=False,
-                mini_batch_size=1, environment_variables=folders(tmp_path))
+    base = dict(
+        name="ray-test",
+        entry_script=str(tmp_path / "score.py"),
+        inputs=[str(tmp_path / "data")],
+        output=str(tmp_path / "out"),
+        run_root=str(tmp_path / "runs"),
+        backend="ray",
+        allow_reuse=False,
+        mini_batch_size=1,
+        environment_variables=folders(tmp_path),
+    )
     base.update(fields)
     base["environment_variables"] = {**folders(tmp_path), **fields.get("environment_variables", {})}
     return ParallelRunConfig(**base)
@@ -31,7 +47,9 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
     model.mkdir()
     (model / "weights.txt").write_text("w42\n")
     (tmp_path / "labels.txt").write_text("cat\n")  # a side input named by an fsspec URL
-    write_entry_script(tmp_path, '''
+    write_entry_script(
+        tmp_path,
+        """
         import argparse, subprocess
         from azureml_user.parallel_run import EntryScript
 
@@ -53,10 +71,18 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
         def run(mini_batch):
             _wait_for_markers(4)
             return [f"{os.path.basename(p)} {weights}" for p in mini_batch]
-    ''')
+    """,
+    )
     names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(16)])
-    config = _config(tmp_path, names, node_count=2, process_count_per_node=2, side_inputs={"model": str(model), "labels": f"file://{tmp_path / 'labels.txt'}"},
-                     arguments=["--model", "${side_inputs.model}"], environment_variables={"USER_VAR": "yes"})
+    config = _config(
+        tmp_path,
+        names,
+        node_count=2,
+        process_count_per_node=2,
+        side_inputs={"model": str(model), "labels": f"file://{tmp_path / 'labels.txt'}"},
+        arguments=["--model", "${side_inputs.model}"],
+        environment_variables={"USER_VAR": "yes"},
+    )
 
     summary = run_step(config)
 
@@ -64,9 +90,11 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
     seen = markers(tmp_path / "markers")
     assert sorted(seen) == ["node0-process000", "node0-process001", "node1-process000", "node1-process001"]
     by_node = {i: {m["ray_node"] for k, m in seen.items() if k.startswith(f"node{i}-")} for i in (0, 1)}
-    assert len(by_node[0]) == len(by_node[1]) == 1 and by_node[0] != by_node[1]  # two distinct Ray nodes
+    assert len(by_node[0]) == len(by_node[1]) == 1
+    assert by_node[0] != by_node[1]
     main_address = {m["env"]["PARALLEL_STEPS_MAIN_NODE_ADDRESS"] for m in seen.values()}
-    assert len(main_address) == 1 and main_address != {""}
+    assert len(main_address) == 1
+    assert main_address != {""}
     for key, marker in seen.items():
         env = marker["env"]
         assert (env["PARALLEL_STEPS_NUM_NODES"], env["PARALLEL_STEPS_MAIN_NODE_INDEX"]) == ("2", "0")
@@ -74,14 +102,17 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
         assert marker["user_var"] == "yes"
         # The script gets a node-local copy of the side input, in its arguments and from EntryScript.
         assert marker["side_input"] == marker["model_arg"]
-        assert marker["side_input"].startswith(str(SIDE_INPUTS_DIR)) and Path(marker["side_input"]).name == "model"
-        assert marker["labels"].startswith(str(SIDE_INPUTS_DIR)) and marker["label"] == "cat"
+        assert marker["side_input"].startswith(str(SIDE_INPUTS_DIR))
+        assert Path(marker["side_input"]).name == "model"
+        assert marker["labels"].startswith(str(SIDE_INPUTS_DIR))
+        assert marker["label"] == "cat"
     assert not (SIDE_INPUTS_DIR / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run
     logs = Path(summary["run_dir"]) / "logs"
     for key in seen:
         node, process = key.split("-")
         stdout = (logs / "user" / "stdout" / node / f"{process}.stdout.txt").read_text()
-        assert "init says hello" in stdout and "a child process says hello" in stdout
+        assert "init says hello" in stdout
+        assert "a child process says hello" in stdout
         assert "init logged" in (logs / "user" / "entry_script_log" / node / f"{process}.log.txt").read_text()
     journal = "".join(p.read_text() for p in (logs / "sys" / "node").glob("node*/process*.txt"))
     assert journal.count(" ok ") == len(names)
@@ -91,7 +122,9 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
 def test_logical_gpus_are_pinned_one_per_worker_and_a_replacement_takes_the_freed_one(ray_cluster, tmp_path):
     """2 GPUs per node and 3 workers per node: "0" and "1" for two of them, "" for the third; the worker
     that replaces a crashed GPU worker gets that GPU."""
-    write_entry_script(tmp_path, '''
+    write_entry_script(
+        tmp_path,
+        """
         def init():
             _write_marker()
 
@@ -101,7 +134,8 @@ def test_logical_gpus_are_pinned_one_per_worker_and_a_replacement_takes_the_free
                 os._exit(1)
             _wait_for_markers(7)  # the six first workers and the replacement
             return [os.path.basename(p) for p in mini_batch]
-    ''')
+    """,
+    )
     names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(24)])
     summary = run_step(_config(tmp_path, names, node_count=2, process_count_per_node=3))
 
@@ -111,12 +145,15 @@ def test_logical_gpus_are_pinned_one_per_worker_and_a_replacement_takes_the_free
     assert sorted(v for k, v in first.items() if k.startswith("node0")) == ["", "0", "1"]
     assert sorted(v for k, v in first.items() if k.startswith("node1")) == ["", "0", "1"]
     assert seen["node0-process003"]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
-    assert summary["attempts_retried"] == 1 and summary["workers_started"] == 7
+    assert summary["attempts_retried"] == 1
+    assert summary["workers_started"] == 7
 
 
 def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_cluster, tmp_path):
     """The fault table on Ray: each planned fault fails the first attempt only; the output is exactly once."""
-    write_entry_script(tmp_path, '''
+    write_entry_script(
+        tmp_path,
+        """
         from azureml_user.parallel_run import EntryScript
 
         def init():
@@ -139,11 +176,20 @@ def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_
                 with EntryScript().hang_timeout(None):  # longer than run_invocation_timeout, on purpose
                     time.sleep(6)
             return [name]
-    ''')
+    """,
+    )
     faults = ["crash-1.txt", "hang-1.txt", "hog-1.txt", "raise-1.txt", "slow-1.txt"]
     names = make_inputs(tmp_path / "data", faults + [f"ok-{i:02d}.txt" for i in range(8)])
-    summary = run_step(_config(tmp_path, names, node_count=2, process_count_per_node=2, run_invocation_timeout=4,
-                               worker_memory_limit="300MB"))
+    summary = run_step(
+        _config(
+            tmp_path,
+            names,
+            node_count=2,
+            process_count_per_node=2,
+            run_invocation_timeout=4,
+            worker_memory_limit="300MB",
+        )
+    )
 
     assert output_lines(summary) == names
     outcomes = outcomes_by_mini_batch(summary)
@@ -152,10 +198,12 @@ def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_
     assert outcomes[names.index("hog-1.txt")] == ["out_of_memory", "succeeded"]
     assert outcomes[names.index("raise-1.txt")] == ["failed", "succeeded"]
     assert outcomes[names.index("slow-1.txt")] == ["succeeded"]
-    assert summary["attempts_retried"] == 4 and summary["items_failed"] == 0
+    assert summary["attempts_retried"] == 4
+    assert summary["items_failed"] == 0
     errors = "".join(p.read_text() for p in (Path(summary["run_dir"]) / "logs" / "user" / "error").glob("*/*.txt"))
     assert "run() exceeded 4 s on mini-batch" in errors
-    assert "most recent call first" in errors and "in run" in errors  # the hung worker's stacks
+    assert "most recent call first" in errors
+    assert "in run" in errors
     assert "RuntimeError: planned failure on raise-1.txt" in errors
 
 
@@ -163,7 +211,9 @@ def test_a_node_that_leaves_mid_run_is_survived_with_every_row_once(ray_cluster,
     """Three nodes; one is removed while it runs mini-batches; the job finishes on the other two."""
     extra = ray_cluster.add_node(**NODE_ARGS)
     ray_cluster.wait_for_nodes()
-    write_entry_script(tmp_path, '''
+    write_entry_script(
+        tmp_path,
+        """
         def init():
             _write_marker()
 
@@ -174,7 +224,8 @@ def test_a_node_that_leaves_mid_run_is_survived_with_every_row_once(ray_cluster,
                 f.write(mini_batch[0] + "\\n")
             time.sleep(0.3)
             return [os.path.basename(p) for p in mini_batch]
-    ''')
+    """,
+    )
     names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(40)])
     ran_on_extra = tmp_path / "flags" / f"ran-{extra.node_id}"
     removed = threading.Event()
@@ -204,12 +255,17 @@ def test_a_node_that_leaves_mid_run_is_survived_with_every_row_once(ray_cluster,
 
 
 def test_too_few_nodes_fail_the_step_with_a_clear_message(ray_cluster, tmp_path):
-    write_entry_script(tmp_path, '''
+    write_entry_script(
+        tmp_path,
+        """
         def run(mini_batch):
             return mini_batch
-    ''')
+    """,
+    )
     names = make_inputs(tmp_path / "data", ["a.txt"])
     with pytest.raises(ConfigError) as error:
         run_step(_config(tmp_path, names, node_count=5, process_count_per_node=1, first_task_creation_timeout=2))
-    assert str(error.value) == ("node_count: 5 nodes asked for, but the Ray cluster has 2 alive node(s) that can take "
-                                "workers after waiting 2 s (start more nodes, or lower node_count)")
+    assert str(error.value) == (
+        "node_count: 5 nodes asked for, but the Ray cluster has 2 alive node(s) that can take "
+        "workers after waiting 2 s (start more nodes, or lower node_count)"
+    )

@@ -17,7 +17,7 @@ _EXPORTS = {
     "parallel_run_task": "parallel_steps.airflow.decorators",
 }
 
-__all__ = ["get_provider_info", *_EXPORTS]
+__all__ = ["ParallelRunOperator", "get_provider_info", "parallel_run_task"]
 
 if TYPE_CHECKING:
     from .decorators import parallel_run_task
@@ -30,13 +30,13 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "parallel-steps",
         "name": "parallel-steps",
         "description": "Azure ML ParallelRunStep for Airflow: run an entry script with init() and run() "
-                       "on mini-batches of files or tables on supervised worker processes or a Ray cluster.",
+        "on mini-batches of files or tables on supervised worker processes or a Ray cluster.",
         "versions": [__version__],
         "integrations": [{"integration-name": "parallel-steps", "tags": ["software"]}],
-        "operators": [{"integration-name": "parallel-steps",
-                       "python-modules": ["parallel_steps.airflow.operators"]}],
-        "task-decorators": [{"name": "parallel_run",
-                             "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}],
+        "operators": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.operators"]}],
+        "task-decorators": [
+            {"name": "parallel_run", "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}
+        ],
     }
 
 

@@ -37,19 +37,30 @@ class _ParallelRunDecoratedOperator(DecoratedOperator, ParallelRunOperator):
     template_fields_renderers = ParallelRunOperator.template_fields_renderers
     shallow_copy_attrs = ("python_callable", "init", "shutdown")
 
-    def __init__(self, *, python_callable: Callable[..., Any], task_id: str, op_args: Any = None,
-                 op_kwargs: dict[str, Any] | None = None, init: Callable[[], Any] | None = None,
-                 shutdown: Callable[[], Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        task_id: str,
+        op_args: Any = None,
+        op_kwargs: dict[str, Any] | None = None,
+        init: Callable[[], Any] | None = None,
+        shutdown: Callable[[], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         # DecoratedOperator.__init__ would bind the call's keywords to run(mini_batch); here they
         # are config fields, so this sets its attributes and goes straight to ParallelRunOperator.
         if op_args:
-            raise TypeError(f"@task.parallel_run task {task_id!r} takes config fields as keywords only, "
-                            "e.g. score(inputs=folder); the function itself receives the mini-batches")
+            raise TypeError(
+                f"@task.parallel_run task {task_id!r} takes config fields as keywords only, "
+                "e.g. score(inputs=folder); the function itself receives the mini-batches"
+            )
         op_kwargs = dict(op_kwargs or {})
         unknown = sorted(set(op_kwargs) - set(FIELDS))
         if unknown:
-            raise ConfigError(unknown[0], f"is not a configuration field (task {task_id!r})",
-                              "valid: " + ", ".join(FIELDS))
+            raise ConfigError(
+                unknown[0], f"is not a configuration field (task {task_id!r})", "valid: " + ", ".join(FIELDS)
+            )
         for name, value in (("init", init), ("shutdown", shutdown)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
@@ -76,8 +87,9 @@ class _ParallelRunTaskDecorator(_TaskDecorator):
         return inspect.Signature([inspect.Parameter(f, inspect.Parameter.KEYWORD_ONLY, default=None) for f in FIELDS])
 
 
-def parallel_run_task(python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None,
-                      **kwargs: Any) -> TaskDecorator:
+def parallel_run_task(
+    python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Turn `run(mini_batch)` into a parallel step task: ``@task.parallel_run(...)``.
 
     Args:
@@ -97,9 +109,13 @@ def parallel_run_task(python_callable: Callable[..., Any] | None = None, multipl
     def decorate(function: Callable[..., Any]) -> TaskDecorator:
         if not callable(function):
             raise TypeError("@task.parallel_run takes keyword arguments only; it decorates run(mini_batch)")
-        return _ParallelRunTaskDecorator(function=function, multiple_outputs=bool(multiple_outputs),
-                                         operator_class=_ParallelRunDecoratedOperator, kwargs=dict(kwargs),
-                                         decorator_name="task.parallel_run")
+        return _ParallelRunTaskDecorator(
+            function=function,
+            multiple_outputs=bool(multiple_outputs),
+            operator_class=_ParallelRunDecoratedOperator,
+            kwargs=dict(kwargs),
+            decorator_name="task.parallel_run",
+        )
 
     return decorate(python_callable) if python_callable is not None else decorate
 
@@ -115,17 +131,20 @@ def dumps_callables(functions: dict[str, Callable[..., Any] | None]) -> bytes:
                 cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps(functions)
-    except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's to fix
+    except Exception as exc:
         offender = next((name for name, f in functions.items() if f is not None and not _pickles(f)), "run")
-        raise ConfigError(offender, f"cannot be shipped to the workers with cloudpickle ({type(exc).__name__}: {exc})",
-                          "avoid capturing open files, locks, clients or connections; create them in init=")
+        raise ConfigError(
+            offender,
+            f"cannot be shipped to the workers with cloudpickle ({type(exc).__name__}: {exc})",
+            "avoid capturing open files, locks, clients or connections; create them in init=",
+        ) from None
 
 
 def _pickles(function: Callable[..., Any]) -> bool:
     try:
         cloudpickle.dumps(function)
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
@@ -171,7 +190,11 @@ def _top_level_origin(module: Any) -> str | None:
 @functools.cache
 def _fresh_sys_path() -> tuple[str, ...]:
     """sys.path of a new interpreter with this environment; Airflow's additions (DAG folder) are not on it."""
-    out = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"],
-                         capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return tuple(os.path.abspath(p or os.getcwd()) for p in json.loads(out.stdout))
-

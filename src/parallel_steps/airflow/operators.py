@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.definitions._internal.mixins import ResolveMixin
@@ -84,20 +84,27 @@ class ParallelRunOperator(BaseOperator):
     """
 
     template_fields = tuple(attribute(f) for f in FIELDS)
-    template_fields_renderers = {attribute(f): "py" for f in
-                                 ("inputs", "side_inputs", "arguments", "environment_variables")}
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        attribute(f): "py" for f in ("inputs", "side_inputs", "arguments", "environment_variables")
+    }
     ui_color = "#d6eaf8"
     # Seconds between progress lines in the task log (the first and the last are always written).
     progress_log_interval: float = 10.0
 
     @_with_field_keywords
-    def __init__(self, *, parallel_run_config: ParallelRunConfig | None = None,
-                 params_override: bool | Collection[str] = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        parallel_run_config: ParallelRunConfig | None = None,
+        params_override: bool | Collection[str] = True,
+        **kwargs: Any,
+    ) -> None:
         fields = {f: kwargs.pop(f, None) for f in FIELDS}
         super().__init__(**kwargs)
         if parallel_run_config is not None and not isinstance(parallel_run_config, ParallelRunConfig):
-            raise TypeError("parallel_run_config: expected a ParallelRunConfig, "
-                            f"got {type(parallel_run_config).__name__}")
+            raise TypeError(
+                f"parallel_run_config: expected a ParallelRunConfig, got {type(parallel_run_config).__name__}"
+            )
         self.parallel_run_config = parallel_run_config
         self.params_override = [params_override] if isinstance(params_override, str) else params_override
         for field, value in fields.items():
@@ -119,7 +126,8 @@ class ParallelRunOperator(BaseOperator):
         `__init__` checks them; the mapped values of `expand()` are checked when each task runs."""
         fields = {f: kwargs[f] for f in FIELDS if kwargs.get(f) is not None}
         _base_config(kwargs.get("parallel_run_config"), kwargs.get("task_id", ""), fields).with_overrides(
-            **{f: v for f, v in fields.items() if not _deferred(v)})
+            **{f: v for f, v in fields.items() if not _deferred(v)}
+        )
         return super().partial(**kwargs)
 
     def _check_static(self) -> None:
@@ -159,9 +167,15 @@ class ParallelRunOperator(BaseOperator):
         run_dir, run_id = run_location(config, context)
         self.log.info("parallel step %s: run directory %s", config.name, run_dir)
         try:
-            summary = run_step(config, run_dir=run_dir, run_id=run_id, cancel=self._cancel,
-                               on_progress=_ProgressLog(self.log, self.progress_log_interval),
-                               on_event=_EventLog(self.log), entry_callables=self.entry_callables())
+            summary = run_step(
+                config,
+                run_dir=run_dir,
+                run_id=run_id,
+                cancel=self._cancel,
+                on_progress=_ProgressLog(self.log, self.progress_log_interval),
+                on_event=_EventLog(self.log),
+                entry_callables=self.entry_callables(),
+            )
         except ConfigError as exc:
             raise AirflowFailException(f"invalid configuration: {exc}") from None
         except InputError as exc:
@@ -182,9 +196,16 @@ class ParallelRunOperator(BaseOperator):
 
     def _log_result(self, summary: dict[str, Any]) -> None:
         how = "reused an earlier run" if summary.get("reused") else summary["status_reason"]
-        self.log.info("%s: %s; %d/%d mini-batches succeeded (%d reused), %d items succeeded, %d failed",
-                      summary["status"], how, summary["mini_batches_succeeded"], summary["mini_batches_total"],
-                      summary["mini_batches_reused"], summary["items_succeeded"], summary["items_failed"])
+        self.log.info(
+            "%s: %s; %d/%d mini-batches succeeded (%d reused), %d items succeeded, %d failed",
+            summary["status"],
+            how,
+            summary["mini_batches_succeeded"],
+            summary["mini_batches_total"],
+            summary["mini_batches_reused"],
+            summary["items_succeeded"],
+            summary["items_failed"],
+        )
         self.log.info("output: %s", summary.get("output_file") or summary.get("output"))
 
     def _failure(self, summary: dict[str, Any], context: Mapping[str, Any]) -> str:
@@ -197,13 +218,16 @@ class ParallelRunOperator(BaseOperator):
         ti = context.get("ti")
         if ti is not None and hasattr(ti, "xcom_push"):
             ti.xcom_push(key="parallel_run_summary", value=summary)
-        return (f"parallel step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
-                f"(details: {job_result}; run directory {summary['run_dir']}; a retry resumes the run)")
+        return (
+            f"parallel step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
+            f"(details: {job_result}; run directory {summary['run_dir']}; a retry resumes the run)"
+        )
 
 
 if ParallelRunOperator.__doc__:  # None under python -OO
     ParallelRunOperator.__doc__ += "\n    Config fields (all templated):\n" + "".join(
-        f"        {name}: {info.description}\n" for name, info in ParallelRunConfig.model_fields.items())
+        f"        {name}: {info.description}\n" for name, info in ParallelRunConfig.model_fields.items()
+    )
 
 
 # Helpers --------------------------------------------------------------------------------------
@@ -258,8 +282,11 @@ def _check_override_names(params_override: bool | Collection[str]) -> None:
         params_override = [params_override]
     unknown = sorted(set(params_override) - set(FIELDS))
     if unknown:
-        raise ConfigError("params_override", f"{unknown[0]!r} is not a configuration field",
-                          "use True, False or field names such as mini_batch_size")
+        raise ConfigError(
+            "params_override",
+            f"{unknown[0]!r} is not a configuration field",
+            "use True, False or field names such as mini_batch_size",
+        )
 
 
 class _ProgressLog:
@@ -275,11 +302,18 @@ class _ProgressLog:
             return
         self.last = now
         eta = snapshot.get("eta_s")
-        self.log.info("progress: %d/%d mini-batches done (%d failed, %d reused); items %d succeeded, %d failed; "
-                      "%.2f mini-batches/s; ETA %s", done, total, snapshot.get("mini_batches_failed", 0),
-                      snapshot.get("mini_batches_reused", 0), snapshot.get("items_succeeded", 0),
-                      snapshot.get("items_failed", 0), snapshot.get("rate_per_s") or 0.0,
-                      "unknown" if eta is None else f"{eta:g} s")
+        self.log.info(
+            "progress: %d/%d mini-batches done (%d failed, %d reused); items %d succeeded, %d failed; "
+            "%.2f mini-batches/s; ETA %s",
+            done,
+            total,
+            snapshot.get("mini_batches_failed", 0),
+            snapshot.get("mini_batches_reused", 0),
+            snapshot.get("items_succeeded", 0),
+            snapshot.get("items_failed", 0),
+            snapshot.get("rate_per_s") or 0.0,
+            "unknown" if eta is None else f"{eta:g} s",
+        )
 
 
 class _EventLog:
@@ -304,8 +338,13 @@ class _EventLog:
                 self.log.warning("further failures are only in the run's logs (logs/user/error.txt)")
             return
         if kind == "mini_batch_failed":
-            self.log.warning("mini-batch %s failed after %s attempt(s): %s", event.get("mini_batch"),
-                             event.get("attempts"), event.get("error"))
+            self.log.warning(
+                "mini-batch %s failed after %s attempt(s): %s",
+                event.get("mini_batch"),
+                event.get("attempts"),
+                event.get("error"),
+            )
         else:
-            self.log.warning("worker %s replaced: %s %s", event.get("worker"), event.get("reason"),
-                             event.get("detail") or "")
+            self.log.warning(
+                "worker %s replaced: %s %s", event.get("worker"), event.get("reason"), event.get("detail") or ""
+            )

@@ -7,14 +7,21 @@ lazily in the planner, reading happens in the worker.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: CSV read options a TabularDataset accepts (JSON lines and Parquet need none).
 CSV_OPTIONS = ("delimiter", "header", "column_names", "quote_char", "encoding", "skip_rows")
-_EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet",
-               ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
+_EXTENSIONS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+}
 
 
 def _as_path_list(value: Any) -> list[str]:
@@ -60,8 +67,9 @@ class TabularDataset(BaseModel):
     format: Literal["csv", "parquet", "jsonl"] | None = None
     read_options: dict[str, Any] = Field(default_factory=dict)
 
-    def __init__(self, path: Any = None, format: str | None = None,
-                 read_options: dict[str, Any] | None = None, **options: Any):
+    def __init__(
+        self, path: Any = None, format: str | None = None, read_options: dict[str, Any] | None = None, **options: Any
+    ):
         super().__init__(path=path, format=format, read_options={**(read_options or {}), **options})
 
     @field_validator("path", mode="before")
@@ -87,7 +95,7 @@ class TabularDataset(BaseModel):
         return _EXTENSIONS[ext]
 
 
-Dataset = Union[FileDataset, TabularDataset]
+Dataset = FileDataset | TabularDataset
 
 
 def ensure_dataset(value: Any) -> Dataset:

@@ -15,8 +15,9 @@ from .storage import is_url
 _BLOCK = 1 << 20
 
 
-def file_identity(path: str, stat: os.stat_result | storage.RemoteStat | None, mode: str,
-                  name: str | None = None) -> bytes:
+def file_identity(
+    path: str, stat: os.stat_result | storage.RemoteStat | None, mode: str, name: str | None = None
+) -> bytes:
     """What identifies one file's content: `name` (default the path) with its size and mtime, or its hash."""
     return _identity(path, stat, mode, name).encode()
 

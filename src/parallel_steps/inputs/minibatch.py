@@ -33,14 +33,29 @@ class MiniBatch:
     def __reduce__(self):
         # A plain tuple of fields: several times faster to pickle than the dataclass default,
         # and a descriptor is pickled twice per mini-batch (ledger, worker pipe).
-        return MiniBatch, (self.index, self.kind, self.paths, self.fingerprint, self.nbytes, self.items,
-                           self.start, self.end, self.row_groups, self.keys, self.read)
+        return MiniBatch, (
+            self.index,
+            self.kind,
+            self.paths,
+            self.fingerprint,
+            self.nbytes,
+            self.items,
+            self.start,
+            self.end,
+            self.row_groups,
+            self.keys,
+            self.read,
+        )
 
     def describe(self) -> str:
         """A short human description: the files, or the file and the piece of it."""
         if self.kind == "files":
             first = self.paths[0]
-            return first if len(self.paths) == 1 else f"{first} .. {self.paths[-1].rsplit('/', 1)[-1]} ({len(self.paths)} files)"
+            return (
+                first
+                if len(self.paths) == 1
+                else f"{first} .. {self.paths[-1].rsplit('/', 1)[-1]} ({len(self.paths)} files)"
+            )
         if self.kind == "keys":
             return f"{dict(zip(self.read['key_columns'], self.keys))} in {len(self.paths)} file(s)"
         if self.row_groups is not None:

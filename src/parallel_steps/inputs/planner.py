@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import glob
 import hashlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,10 +18,10 @@ from stat import S_ISDIR
 from typing import Any
 
 from ..errors import InputError, first_line
+from . import storage
 from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
-from . import storage
 from .storage import GLOB_CHARS, is_url, list_url, open_input
 from .tables import plan_schema, read_table, record_boundaries
 
@@ -69,7 +70,7 @@ class Planner:
             group += run
             full = len(group) - len(group) % size
             for start in range(0, full, size):
-                yield self._files_piece(tuple(group[start:start + size]))
+                yield self._files_piece(tuple(group[start : start + size]))
             group = group[full:]
         if group:
             yield self._files_piece(tuple(group))
@@ -78,8 +79,13 @@ class Planner:
         if self.defer_files:
             return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
         stats = [storage.stat(path) for path in paths]
-        return dict(kind="files", paths=paths, items=len(paths), nbytes=sum(s.st_size for s in stats),
-                    fingerprint=files_fingerprint(paths, stats, self.fingerprint))
+        return dict(
+            kind="files",
+            paths=paths,
+            items=len(paths),
+            nbytes=sum(s.st_size for s in stats),
+            fingerprint=files_fingerprint(paths, stats, self.fingerprint),
+        )
 
     def _file_identity(self, path: str, stat: os.stat_result) -> bytes:
         return file_identity(path, stat, self.fingerprint)
@@ -103,9 +109,14 @@ class Planner:
             if fmt == "parquet":
                 yield from self._parquet_pieces(path, stat, dataset)
             elif stat.st_size <= self.batch_size:
-                yield dict(kind=fmt, paths=(path,), items=None, nbytes=stat.st_size,
-                           fingerprint=self._piece_fingerprint(path, stat, dataset),
-                           read=dict(options=dataset.read_options))
+                yield dict(
+                    kind=fmt,
+                    paths=(path,),
+                    items=None,
+                    nbytes=stat.st_size,
+                    fingerprint=self._piece_fingerprint(path, stat, dataset),
+                    read=dict(options=dataset.read_options),
+                )
             else:
                 yield from self._text_pieces(path, stat, fmt, dataset)
 
@@ -117,11 +128,15 @@ class Planner:
                 meta = pq.ParquetFile(file).metadata
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise InputError(path, f"not a readable Parquet file ({first_line(exc)})") from None
-        groups = [(i, meta.row_group(i).total_byte_size, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
+        groups = [
+            (i, meta.row_group(i).total_byte_size, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
+        ]
         wanted = -(-stat.st_size // self.batch_size)
-        if 1 < wanted and len(groups) < wanted:
-            self.notes.append(f"{path}: {len(groups)} row group(s) for about {wanted} mini-batches of "
-                              f"{self.batch_size} bytes; rewrite it with smaller row groups to split it further")
+        if wanted > 1 and len(groups) < wanted:
+            self.notes.append(
+                f"{path}: {len(groups)} row group(s) for about {wanted} mini-batches of "
+                f"{self.batch_size} bytes; rewrite it with smaller row groups to split it further"
+            )
         pieces, current = [], []
         for group in groups:
             current.append(group)
@@ -132,11 +147,19 @@ class Planner:
             pieces.append(current)
         for piece in pieces:
             ids = tuple(g[0] for g in piece)
-            yield dict(kind="parquet", paths=(path,), row_groups=ids, items=sum(g[2] for g in piece),
-                       nbytes=sum(g[1] for g in piece), read=dict(options={}),
-                       fingerprint=self._piece_fingerprint(path, stat, dataset, ids))
+            yield dict(
+                kind="parquet",
+                paths=(path,),
+                row_groups=ids,
+                items=sum(g[2] for g in piece),
+                nbytes=sum(g[1] for g in piece),
+                read=dict(options={}),
+                fingerprint=self._piece_fingerprint(path, stat, dataset, ids),
+            )
 
-    def _text_pieces(self, path: str, stat: os.stat_result, fmt: str, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+    def _text_pieces(
+        self, path: str, stat: os.stat_result, fmt: str, dataset: TabularDataset
+    ) -> Iterator[dict[str, Any]]:
         """Byte ranges of a CSV or JSON lines file, each ending at a record boundary."""
         options = dataset.read_options
         quote = options.get("quote_char", '"') if fmt == "csv" else None
@@ -149,9 +172,17 @@ class Planner:
         except Exception as exc:  # pyarrow's parse errors
             raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
         read = dict(options=options, schema=schema)
-        for start, end in zip(bounds, bounds[1:]):
-            yield dict(kind=fmt, paths=(path,), start=start, end=end, items=None, nbytes=end - start, read=read,
-                       fingerprint=self._piece_fingerprint(path, stat, dataset, start, end))
+        for start, end in itertools.pairwise(bounds):
+            yield dict(
+                kind=fmt,
+                paths=(path,),
+                start=start,
+                end=end,
+                items=None,
+                nbytes=end - start,
+                read=read,
+                fingerprint=self._piece_fingerprint(path, stat, dataset, start, end),
+            )
 
     def _key_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         """One mini-batch per distinct combination of `partition_keys` across the dataset."""
@@ -170,10 +201,19 @@ class Planner:
                 entry[3] += stat.st_size
         for combo in sorted(combos, key=_nulls_last):
             rows, paths, formats, nbytes = combos[combo]
-            fingerprint = hashlib.sha1(identity.digest() + repr((keys, combo, dataset.read_options)).encode()).hexdigest()
+            fingerprint = hashlib.sha1(
+                identity.digest() + repr((keys, combo, dataset.read_options)).encode()
+            ).hexdigest()
             read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats))
-            yield dict(kind="keys", paths=tuple(paths), keys=combo, items=rows, nbytes=nbytes,
-                       read=read, fingerprint=fingerprint)
+            yield dict(
+                kind="keys",
+                paths=tuple(paths),
+                keys=combo,
+                items=rows,
+                nbytes=nbytes,
+                read=read,
+                fingerprint=fingerprint,
+            )
 
 
 def _nulls_last(combo: tuple) -> tuple:
@@ -183,8 +223,9 @@ def _nulls_last(combo: tuple) -> tuple:
 # Listing -----------------------------------------------------------------
 
 
-def iter_files(paths: list[str], skip_hidden: bool = False,
-               stat: bool = True) -> Iterator[tuple[str, os.stat_result | None]]:
+def iter_files(
+    paths: list[str], skip_hidden: bool = False, stat: bool = True
+) -> Iterator[tuple[str, os.stat_result | None]]:
     """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order;
     with `stat=False` the stat is None and listing a folder costs no system call per file."""
     for run in iter_file_runs(paths, skip_hidden):
@@ -256,5 +297,5 @@ def _hidden(url: str, spec: str) -> bool:
     of a Spark output, `.crc` files), as local folders skip them at every level."""
     base = min((spec.find(c) for c in GLOB_CHARS if c in spec), default=len(spec))
     base = spec[:base].rsplit("/", 1)[0] if base < len(spec) else spec.rstrip("/")
-    below = url[len(base):] if url.startswith(base) else url.rsplit("/", 1)[-1]
+    below = url[len(base) :] if url.startswith(base) else url.rsplit("/", 1)[-1]
     return any(part.startswith(_IGNORED_PREFIXES) for part in below.split("/") if part)

@@ -106,8 +106,10 @@ def _filesystem(url: str) -> tuple[Any, str]:
     try:
         import fsspec
     except ImportError:
-        raise InputError(url, "URLs need fsspec: pip install 'parallel-steps[fsspec]' and the filesystem's "
-                              "package (s3fs, gcsfs, adlfs)") from None
+        raise InputError(
+            url,
+            "URLs need fsspec: pip install 'parallel-steps[fsspec]' and the filesystem's package (s3fs, gcsfs, adlfs)",
+        ) from None
     try:
         return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:

@@ -86,10 +86,15 @@ def parse_bytes(data: bytes, fmt: str, options: dict[str, Any], at_start: bool, 
     has_header = options.get("header", True)
     names = options.get("column_names") or (None if at_start or schema is None else schema.names)
     skip = options.get("skip_rows", 0) + (1 if has_header and names else 0) if at_start else 0
-    read = pcsv.ReadOptions(column_names=names, autogenerate_column_names=not names and not has_header,
-                            skip_rows=skip, encoding=options.get("encoding", "utf8"))
-    parse = pcsv.ParseOptions(delimiter=options.get("delimiter", ","), quote_char=options.get("quote_char", '"'),
-                              newlines_in_values=True)
+    read = pcsv.ReadOptions(
+        column_names=names,
+        autogenerate_column_names=not names and not has_header,
+        skip_rows=skip,
+        encoding=options.get("encoding", "utf8"),
+    )
+    parse = pcsv.ParseOptions(
+        delimiter=options.get("delimiter", ","), quote_char=options.get("quote_char", '"'), newlines_in_values=True
+    )
     convert = pcsv.ConvertOptions(column_types=typed) if typed is not None else None
     return pcsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
 

@@ -39,11 +39,23 @@ from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import is_url
 from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
 from ..worker.runtime import side_inputs_root
-from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
-                   WorkerInfo, WorkerPool, node_id_of, tree_rss)
+from .base import (
+    Event,
+    Finished,
+    HangTimeoutChanged,
+    InitFailed,
+    ItemsLoaded,
+    Lost,
+    PoolSettings,
+    Ready,
+    WorkerInfo,
+    WorkerPool,
+    node_id_of,
+    tree_rss,
+)
 from .local_worker import Marker
 
-_DUMP_GRACE_S = 1.0   # time a hung worker gets to write its stacks before SIGKILL
+_DUMP_GRACE_S = 1.0  # time a hung worker gets to write its stacks before SIGKILL
 _MEMORY_CHECK_S = 1.0
 _LIKELY_OOM_RSS = 1 << 30
 _MARKER_CHECK_S = 0.05  # how soon to look again for the start of a queued mini-batch
@@ -60,7 +72,7 @@ class _Handle:
     sentinel: int
     logs: WorkerLogPaths
     marker: Marker | None = None
-    state: str = "starting"            # starting | ready | stopping | gone
+    state: str = "starting"  # starting | ready | stopping | gone
     queue: dict[int, tuple[MiniBatch, int, float | None]] = field(default_factory=dict)  # by index, in order
     outbox: list = field(default_factory=list)
     unsent: bytearray = field(default_factory=bytearray)  # framed messages the socket did not take yet
@@ -127,16 +139,41 @@ class LocalWorkerPool(WorkerPool):
         marker = Marker.create()
         with open(spec.logs.stdout, "ab") as stdout, open(spec.logs.stderr, "ab") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "parallel_steps.pool.local_worker", str(child_end.fileno()), str(os.getpid()),
-                 marker.path],
-                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                env=env, start_new_session=True)  # its own process group: killpg reaches its children
+                [
+                    sys.executable,
+                    "-m",
+                    "parallel_steps.pool.local_worker",
+                    str(child_end.fileno()),
+                    str(os.getpid()),
+                    marker.path,
+                ],
+                pass_fds=[child_end.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,
+            )  # its own process group: killpg reaches its children
         child_end.close()
         parent_end.send(spec)
-        info = WorkerInfo(id=f"{node_id}/{process_name}", node_index=node, node_id=node_id,
-                          process_name=process_name, slot=slot, pid=process.pid, gpu=gpu)
-        handle = self._handles[info.id] = _Handle(info, process, parent_end, os.pidfd_open(process.pid), spec.logs,
-                                                  marker, sender=socket.socket(fileno=os.dup(parent_end.fileno())))
+        info = WorkerInfo(
+            id=f"{node_id}/{process_name}",
+            node_index=node,
+            node_id=node_id,
+            process_name=process_name,
+            slot=slot,
+            pid=process.pid,
+            gpu=gpu,
+        )
+        handle = self._handles[info.id] = _Handle(
+            info,
+            process,
+            parent_end,
+            os.pidfd_open(process.pid),
+            spec.logs,
+            marker,
+            sender=socket.socket(fileno=os.dup(parent_end.fileno())),
+        )
         self._watch(parent_end.fileno(), "conn", handle)
         self._watch(handle.sentinel, "sentinel", handle)
 
@@ -290,7 +327,9 @@ class LocalWorkerPool(WorkerPool):
                 mini_batch, deadline = running
                 if deadline is not None and now >= deadline:
                     limit = handle.queue[mini_batch.index][2]
-                    self._dump_and_kill(handle, "timed_out", f"run() exceeded {limit:g} s on mini-batch {mini_batch.index}")
+                    self._dump_and_kill(
+                        handle, "timed_out", f"run() exceeded {limit:g} s on mini-batch {mini_batch.index}"
+                    )
         if now >= self._next_memory_check:
             self._next_memory_check = now + _MEMORY_CHECK_S
             self._sample_memory()
@@ -316,8 +355,9 @@ class LocalWorkerPool(WorkerPool):
             rss = handle.last_rss = tree_rss(handle.process.pid)
             if limit and rss > limit:
                 handle.kill_reason = "out_of_memory"
-                handle.kill_detail = (f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit "
-                                      f"{limit / 2**20:.0f} MB")
+                handle.kill_detail = (
+                    f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
+                )
                 _kill_group(handle.process.pid)
 
     def _reap(self, handle: _Handle) -> None:
@@ -340,16 +380,20 @@ class LocalWorkerPool(WorkerPool):
             return
         if previous == "starting":
             handle.marker.remove()
-            self._events.append(InitFailed(handle.info, f"worker exited with {exit_name(exit_code)} during init()"
-                                           f"{stderr_tail(handle.logs)}"))
+            self._events.append(
+                InitFailed(
+                    handle.info, f"worker exited with {exit_name(exit_code)} during init(){stderr_tail(handle.logs)}"
+                )
+            )
             return
         index, _ = handle.marker.get()
         head, attempt = handle.take(index) or (None, 0)  # the rest it held goes back unstarted
         handle.marker.remove()
         if handle.kill_reason == "timed_out":
             handle.kill_detail += hang_summary(handle.logs.error)
-        detail = handle.kill_detail or (f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}"
-                                        f"{stderr_tail(handle.logs)}")
+        detail = handle.kill_detail or (
+            f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}{stderr_tail(handle.logs)}"
+        )
         self._events.append(Lost(handle.info, head, attempt, handle.kill_reason or "crashed", exit_code, detail))
 
     # Closing -------------------------------------------------------------------------------
@@ -372,8 +416,9 @@ class LocalWorkerPool(WorkerPool):
             try:
                 handle.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self._dump_and_kill(handle, "exit_hang", f"shutdown() did not finish within "
-                                                         f"{self.settings.shutdown_timeout:g} s")
+                self._dump_and_kill(
+                    handle, "exit_hang", f"shutdown() did not finish within {self.settings.shutdown_timeout:g} s"
+                )
                 time.sleep(_DUMP_GRACE_S)
             self._reap(handle)
         os.close(self._wakeup_r)
@@ -396,8 +441,10 @@ def _oom_hint(handle: _Handle, exit_code: int | None) -> str:
     share = psutil.virtual_memory().total / max(1, len(psutil.Process().children()))
     if handle.last_rss < min(share / 2, _LIKELY_OOM_RSS):
         return f", not sent by parallel-steps (last RSS {handle.last_rss >> 20} MB)"
-    return (f": likely out of memory (killed by the kernel's OOM killer?); last RSS {handle.last_rss >> 20} MB "
-            f"(see logs/perf/{handle.info.node_id}/)")
+    return (
+        f": likely out of memory (killed by the kernel's OOM killer?); last RSS {handle.last_rss >> 20} MB "
+        f"(see logs/perf/{handle.info.node_id}/)"
+    )
 
 
 def exit_name(code: int | None) -> str:

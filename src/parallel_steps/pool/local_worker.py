@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
 
 _PARENT_POLL_S = 0.5
-_BATCH_S = 0.02        # the longest a finished result waits for company
+_BATCH_S = 0.02  # the longest a finished result waits for company
 _BATCH_MAX = 32
 
 
@@ -109,7 +109,7 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
     spec = conn.recv()
     try:
         spec = localize_side_inputs(spec, copy_paths=False)  # local paths are read in place
-    except Exception as exc:  # noqa: BLE001 - reported as this worker's init failure
+    except Exception as exc:
         conn.send(("init_failed", f"side inputs could not be copied: {type(exc).__name__}: {exc}"))
         return 3
     runtime = WorkerRuntime(spec, hang_timeout_hook=lambda seconds: results.send("hang_timeout", seconds))
@@ -138,8 +138,9 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
             break
         mini_batch, attempt = queue.popleft()
         marker.set(mini_batch.index, time.monotonic())
-        outcome = runtime.run(mini_batch, attempt,
-                              on_loaded=lambda n: results.send("loaded", mini_batch.index, n))
+        outcome = runtime.run(
+            mini_batch, attempt, on_loaded=lambda n, index=mini_batch.index: results.send("loaded", index, n)
+        )
         marker.set(-1)
         results.add(mini_batch.index, outcome)
         if not queue or not outcome.ok or results.due():  # a failure is reported at once, never lost

@@ -32,24 +32,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
 from ray.exceptions import ActorUnschedulableError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+import ray
 
 from ..errors import ConfigError
 from ..inputs.minibatch import MiniBatch
 from ..store.logs import WorkerLogPaths, hang_summary, stderr_tail
 from ..worker.runtime import InitError, WorkerRuntime, WorkerSpec, localize_side_inputs, side_inputs_root
-from .base import (Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, Lost, PoolSettings, Ready,
-                   WorkerInfo, WorkerPool, node_id_of, tree_rss)
+from .base import (
+    Event,
+    Finished,
+    HangTimeoutChanged,
+    InitFailed,
+    ItemsLoaded,
+    Lost,
+    PoolSettings,
+    Ready,
+    WorkerInfo,
+    WorkerPool,
+    node_id_of,
+    tree_rss,
+)
 from .ray_env import NODE_INDEX_LABEL
 
-
-_DUMP_GRACE_S = 2.0       # a timed-out actor dumps its stacks, then is killed this long after its deadline
-_DUMP_DELAY_S = 0.5       # the actor's own stack dump fires this long after its deadline (after the header)
+_DUMP_GRACE_S = 2.0  # a timed-out actor dumps its stacks, then is killed this long after its deadline
+_DUMP_DELAY_S = 0.5  # the actor's own stack dump fires this long after its deadline (after the header)
 _NODE_POLL_S = 1.0
-_CONNECT_S = 10.0         # how long a cluster address may refuse connections before the run gives up
-_REBIND_EVERY_S = 2.0     # how often slots of a lost node look for a node that joined since
+_CONNECT_S = 10.0  # how long a cluster address may refuse connections before the run gives up
+_REBIND_EVERY_S = 2.0  # how often slots of a lost node look for a node that joined since
 _MEMORY_CHECK_S = 1.0
 _STOP_WAIT_S = 10.0
 
@@ -66,8 +78,16 @@ class ParallelStepsWorker:
     install signal handlers keep working. Failures come back as traceback text.
     """
 
-    def __init__(self, worker_id: str, spec: WorkerSpec, environment: dict[str, str], gpu: bool,
-                 mailbox: Any, memory_limit: int | None, cwd: str):
+    def __init__(
+        self,
+        worker_id: str,
+        spec: WorkerSpec,
+        environment: dict[str, str],
+        gpu: bool,
+        mailbox: Any,
+        memory_limit: int | None,
+        cwd: str,
+    ):
         self._id, self._spec, self._environment, self._gpu = worker_id, spec, environment, gpu
         self._mailbox, self._memory_limit, self._cwd = mailbox, memory_limit, cwd
         self._runtime: WorkerRuntime | None = None
@@ -88,9 +108,13 @@ class ParallelStepsWorker:
             os.chdir(self._cwd)
         try:
             spec = localize_side_inputs(self._spec, copy_paths=True)  # nodes may not share a filesystem
-        except Exception as exc:  # noqa: BLE001 - reported as this worker's init failure
-            return ("init_failed", f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}",
-                    os.getpid(), gpu)
+        except Exception as exc:
+            return (
+                "init_failed",
+                f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}",
+                os.getpid(),
+                gpu,
+            )
         self._dump_file = open(spec.logs.error, "a", encoding="utf-8")
         self._runtime = WorkerRuntime(spec, hang_timeout_hook=self._on_hang_timeout)
         try:
@@ -170,9 +194,11 @@ class _Mailbox:
 def _shared_run_dir_problem(spec: WorkerSpec) -> str | None:
     if os.path.isdir(spec.parts_dir):
         return None
-    return (f"the run directory {Path(spec.parts_dir).parent} is not visible on this node "
-            f"({ray.util.get_node_ip_address()}): put run_root on a filesystem every node mounts at the same "
-            f"path (see docs/multinode.md)")
+    return (
+        f"the run directory {Path(spec.parts_dir).parent} is not visible on this node "
+        f"({ray.util.get_node_ip_address()}): put run_root on a filesystem every node mounts at the same "
+        f"path (see docs/multinode.md)"
+    )
 
 
 def _redirect_output(logs: WorkerLogPaths) -> None:
@@ -234,10 +260,10 @@ class _Handle:
     node: _Node
     logs: WorkerLogPaths
     gpu: bool
-    state: str = "starting"            # starting | ready | killing
+    state: str = "starting"  # starting | ready | killing
     start_ref: Any = None
     queue: collections.deque = field(default_factory=collections.deque)  # of _Queued; the head is running
-    deadline: float | None = None      # of the head of the queue
+    deadline: float | None = None  # of the head of the queue
     kill_at: float | None = None
     kill_reason: str | None = None
     kill_detail: str = ""
@@ -262,19 +288,19 @@ class RayWorkerPool(WorkerPool):
         super().__init__(settings)
         self.config = config
         self._handles: dict[str, _Handle] = {}
-        self._refs: dict[Any, tuple[str, str]] = {}     # ObjectRef -> (kind, worker id)
+        self._refs: dict[Any, tuple[str, str]] = {}  # ObjectRef -> (kind, worker id)
         self._events: collections.deque[Event] = collections.deque()
         self._next_process: dict[int, int] = collections.defaultdict(int)
         self._nodes: dict[int, _Node] = {}
-        self._waiting: list[tuple[int, int]] = []         # (node index, slot) of lost nodes
+        self._waiting: list[tuple[int, int]] = []  # (node index, slot) of lost nodes
         self._next_rebind = 0.0
         self._mailbox = None
         self._owns_ray = False
         self._started_local = False
-        self._side_inputs_root: Path | None = None   # where nodes copied this run's side inputs
+        self._side_inputs_root: Path | None = None  # where nodes copied this run's side inputs
         self._saved_auth_mode: str | None = None
         self._actor_class = None
-        self._here: set[str] = set()             # addresses of this machine's Ray nodes (resource monitor)
+        self._here: set[str] = set()  # addresses of this machine's Ray nodes (resource monitor)
         self._closed = False
 
     # Starting ---------------------------------------------------------------------------------
@@ -298,11 +324,13 @@ class RayWorkerPool(WorkerPool):
             _check_reachable(address)
             try:
                 ray.init(address=address, **quiet)
-            except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, its own errors
+            except Exception as exc:
                 lines = [line for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
-                raise ConfigError("ray_address", f"cannot connect to the Ray cluster at {address}: {lines[-1]}",
-                                  "check the address; a token-protected cluster also needs RAY_AUTH_MODE=token "
-                                  "and RAY_AUTH_TOKEN") from None
+                raise ConfigError(
+                    "ray_address",
+                    f"cannot connect to the Ray cluster at {address}: {lines[-1]}",
+                    "check the address; a token-protected cluster also needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN",
+                ) from None
         else:
             # "local" never attaches to a cluster someone else started on this machine.
             ray.init(address="local", num_gpus=len(self.settings.gpu_ids), include_dashboard=False, **quiet)
@@ -317,9 +345,12 @@ class RayWorkerPool(WorkerPool):
         while len(nodes := _eligible_nodes()) < wanted:
             if time.monotonic() >= deadline:
                 waited = f" after waiting {bound:g} s" if bound else ""
-                raise ConfigError("node_count", f"{wanted} nodes asked for, but the Ray cluster has {len(nodes)} alive "
-                                                f"node(s) that can take workers{waited}",
-                                  "start more nodes, or lower node_count")
+                raise ConfigError(
+                    "node_count",
+                    f"{wanted} nodes asked for, but the Ray cluster has {len(nodes)} alive "
+                    f"node(s) that can take workers{waited}",
+                    "start more nodes, or lower node_count",
+                )
             time.sleep(_NODE_POLL_S)
         for index, node in enumerate(nodes[:wanted]):
             self._nodes[index] = _Node(index, node["NodeID"], node["NodeManagerAddress"], _gpu_count(node))
@@ -329,8 +360,11 @@ class RayWorkerPool(WorkerPool):
     def _start_mailbox(self) -> None:
         # On the driver's own node: it lives exactly as long as the driver can (soft affinity would spread it).
         here = ray.get_runtime_context().get_node_id()
-        self._mailbox = ray.remote(_Mailbox).options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
+        self._mailbox = (
+            ray.remote(_Mailbox)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+            .remote()
+        )
         self._take_mail()
 
     def _take_mail(self) -> None:
@@ -349,10 +383,14 @@ class RayWorkerPool(WorkerPool):
         environment = self.settings.worker_environment(node_index, process_name, None)
         if gpu:
             del environment["CUDA_VISIBLE_DEVICES"]  # Ray sets it to the GPU it reserved
-        info = WorkerInfo(id=f"{node_id}/{process_name}", node_index=node_index, node_id=node_id,
-                          process_name=process_name, slot=slot)
+        info = WorkerInfo(
+            id=f"{node_id}/{process_name}", node_index=node_index, node_id=node_id, process_name=process_name, slot=slot
+        )
         actor = self._actor_class.options(
-            num_cpus=0, num_gpus=1 if gpu else 0, max_restarts=0, max_task_retries=0,
+            num_cpus=0,
+            num_gpus=1 if gpu else 0,
+            max_restarts=0,
+            max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False),
         ).remote(info.id, spec, environment, gpu, self._mailbox, self.settings.memory_limit, os.getcwd())
         handle = _Handle(info, actor, node, spec.logs, gpu)
@@ -476,8 +514,9 @@ class RayWorkerPool(WorkerPool):
         handle = self._handles.get(worker_id)
         if handle is None or handle.state != "ready":
             return
-        position = next((i for i, q in enumerate(handle.queue) if (q.mini_batch.index, q.attempt) == (index, attempt)),
-                        None)
+        position = next(
+            (i for i, q in enumerate(handle.queue) if (q.mini_batch.index, q.attempt) == (index, attempt)), None
+        )
         if position is None:
             return  # about an attempt that already ended
         if position:  # the actor runs this one, so the ones before it are done: take them first
@@ -492,8 +531,11 @@ class RayWorkerPool(WorkerPool):
             self._events.append(HangTimeoutChanged(handle.info, seconds))
         elif kind == "out_of_memory":
             limit = self.settings.memory_limit
-            self._give_up(handle, "out_of_memory", f"OutOfMemory: worker used {value / 2**20:.0f} MB, above "
-                                                   f"worker_memory_limit {limit / 2**20:.0f} MB")
+            self._give_up(
+                handle,
+                "out_of_memory",
+                f"OutOfMemory: worker used {value / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB",
+            )
 
     # Losing workers ---------------------------------------------------------------------------
 
@@ -522,21 +564,28 @@ class RayWorkerPool(WorkerPool):
         cause = _ray_cause(exc)
         if _node_died(handle.node, exc):
             handle.node.lost = True
-            self._lose(handle, "crashed", f"node {handle.info.node_id} ({handle.node.address}) left the Ray "
-                                          f"cluster: {cause}")
+            self._lose(
+                handle, "crashed", f"node {handle.info.node_id} ({handle.node.address}) left the Ray cluster: {cause}"
+            )
         elif handle.state == "starting":
             self._forget(handle)
-            self._events.append(InitFailed(handle.info, f"worker died during init(): {cause}{stderr_tail(handle.logs)}"))
+            self._events.append(
+                InitFailed(handle.info, f"worker died during init(): {cause}{stderr_tail(handle.logs)}")
+            )
         else:
-            self._lose(handle, handle.kill_reason or "crashed",
-                       handle.kill_detail or f"worker process died: {cause}{stderr_tail(handle.logs)}")
+            self._lose(
+                handle,
+                handle.kill_reason or "crashed",
+                handle.kill_detail or f"worker process died: {cause}{stderr_tail(handle.logs)}",
+            )
 
     def _lose(self, handle: _Handle, reason: str, detail: str) -> None:
         self._forget(handle)
         head = handle.queue.popleft() if handle.queue else None
         # The driver gives the mini-batches queued behind the head to other workers.
-        self._events.append(Lost(handle.info, head.mini_batch if head else None, head.attempt if head else 0, reason,
-                                 None, detail))
+        self._events.append(
+            Lost(handle.info, head.mini_batch if head else None, head.attempt if head else 0, reason, None, detail)
+        )
 
     def _forget(self, handle: _Handle) -> None:
         self._handles.pop(handle.info.id, None)
@@ -570,8 +619,9 @@ class RayWorkerPool(WorkerPool):
                 return
             fresh = spares.pop(0)
             self._nodes[index] = _Node(index, fresh["NodeID"], fresh["NodeManagerAddress"], _gpu_count(fresh))
-            log.warning("node %s now runs on Ray node %s (%s)", node_id_of(index), fresh["NodeID"],
-                        fresh["NodeManagerAddress"])
+            log.warning(
+                "node %s now runs on Ray node %s (%s)", node_id_of(index), fresh["NodeID"], fresh["NodeManagerAddress"]
+            )
             for slot in [slot for i, slot in self._waiting if i == index]:
                 self._spawn(index, slot)
             self._waiting = [(i, slot) for i, slot in self._waiting if i != index]
@@ -596,14 +646,20 @@ class RayWorkerPool(WorkerPool):
 
     def _stop_workers(self) -> None:
         handles = list(self._handles.values())
-        stopping = {handle.actor.shutdown.remote(self.settings.shutdown_timeout): handle
-                    for handle in handles if handle.state == "ready" and not handle.queue}
+        stopping = {
+            handle.actor.shutdown.remote(self.settings.shutdown_timeout): handle
+            for handle in handles
+            if handle.state == "ready" and not handle.queue
+        }
         if stopping:
-            _, pending = ray.wait(list(stopping), num_returns=len(stopping),
-                                  timeout=self.settings.shutdown_timeout + _DUMP_GRACE_S)
+            _, pending = ray.wait(
+                list(stopping), num_returns=len(stopping), timeout=self.settings.shutdown_timeout + _DUMP_GRACE_S
+            )
             for ref in pending:
-                self._note_error(stopping[ref], f"shutdown() did not finish within "
-                                                f"{self.settings.shutdown_timeout:g} s; its stacks are above")
+                self._note_error(
+                    stopping[ref],
+                    f"shutdown() did not finish within {self.settings.shutdown_timeout:g} s; its stacks are above",
+                )
         for handle in handles:
             self._kill(handle)
         if self._mailbox is not None:
@@ -617,8 +673,13 @@ class RayWorkerPool(WorkerPool):
         if not self._side_inputs_root:
             return
         remove = ray.remote(_remove_side_inputs)
-        refs = [remove.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False))
-                .remote(self._side_inputs_root) for node in self._nodes.values() if not node.lost]
+        refs = [
+            remove.options(
+                num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False)
+            ).remote(self._side_inputs_root)
+            for node in self._nodes.values()
+            if not node.lost
+        ]
         ray.wait(refs, num_returns=len(refs), timeout=_STOP_WAIT_S)
 
 
@@ -637,8 +698,11 @@ def _check_reachable(address: str) -> None:
             return
         except OSError as exc:
             if time.monotonic() >= deadline:
-                raise ConfigError("ray_address", f"nothing accepts connections at {address} ({exc.strerror or exc})",
-                                  "start the cluster, or check the address and RAY_ADDRESS") from None
+                raise ConfigError(
+                    "ray_address",
+                    f"nothing accepts connections at {address} ({exc.strerror or exc})",
+                    "start the cluster, or check the address and RAY_ADDRESS",
+                ) from None
             time.sleep(_NODE_POLL_S)
 
 
@@ -649,8 +713,12 @@ def _eligible_nodes() -> list[dict[str, Any]]:
 
     def order(node: dict[str, Any]) -> tuple:
         label = (node.get("Labels") or {}).get(NODE_INDEX_LABEL)
-        return (int(label) if label and label.isdigit() else sys.maxsize, node["NodeID"] != here,
-                node["NodeManagerAddress"], node["NodeID"])
+        return (
+            int(label) if label and label.isdigit() else sys.maxsize,
+            node["NodeID"] != here,
+            node["NodeManagerAddress"],
+            node["NodeID"],
+        )
 
     nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
     return sorted(nodes, key=order)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
 #: The Ray node label `parallel-steps node` sets; the Ray pool numbers nodes carrying it by it.
 NODE_INDEX_LABEL = "parallel-steps/node-index"
 

@@ -7,4 +7,4 @@ from .cache import STEP_REUSE, StepReuse
 from .parameters import step_config
 from .tasks import ParallelRunFailed, parallel_run
 
-__all__ = ["parallel_run", "ParallelRunFailed", "StepReuse", "STEP_REUSE", "step_config"]
+__all__ = ["STEP_REUSE", "ParallelRunFailed", "StepReuse", "parallel_run", "step_config"]

@@ -26,15 +26,18 @@ class Progress:
 
     def __init__(self, name: str, logger: logging.LoggerAdapter | logging.Logger):
         self.name, self.logger = name, logger
-        self.artifact_id = create_progress_artifact(0.0, key=f"{name}-progress",
-                                                    description=f"Step {name}: planning mini-batches")
+        self.artifact_id = create_progress_artifact(
+            0.0, key=f"{name}-progress", description=f"Step {name}: planning mini-batches"
+        )
 
     def update(self, snapshot: dict[str, Any]) -> None:
         total, done = snapshot["mini_batches_total"], snapshot["mini_batches_done"]
         eta = "" if snapshot.get("eta_s") is None else f", ETA {snapshot['eta_s']:g} s"
-        line = (f"{done}/{total} mini-batches done ({snapshot['mini_batches_succeeded']} succeeded, "
-                f"{snapshot['mini_batches_failed']} failed, {snapshot['mini_batches_reused']} reused); "
-                f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed{eta}")
+        line = (
+            f"{done}/{total} mini-batches done ({snapshot['mini_batches_succeeded']} succeeded, "
+            f"{snapshot['mini_batches_failed']} failed, {snapshot['mini_batches_reused']} reused); "
+            f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed{eta}"
+        )
         self.logger.info("%s: %s", self.name, line)
         self._set(done, total, line)
 
@@ -43,8 +46,9 @@ class Progress:
         done = summary["mini_batches_succeeded"] + summary["mini_batches_failed"]
         reused = " (reused)" if summary["reused"] else ""
         total = summary["mini_batches_total"]
-        self._set(done, total, f"{done}/{total} mini-batches done; {summary['status']}{reused}: "
-                               f"{summary['status_reason']}")
+        self._set(
+            done, total, f"{done}/{total} mini-batches done; {summary['status']}{reused}: {summary['status_reason']}"
+        )
 
     def _set(self, done: int, total: int, text: str) -> None:
         percent = 100.0 * done / total if total else 100.0
@@ -62,15 +66,21 @@ class Progress:
 def publish_summary(summary: dict[str, Any]) -> None:
     """The run summary as a table artifact (and the failed mini-batches as another, when any)."""
     name = summary["name"]
-    create_table_artifact(_summary_rows(summary), key=f"{name}-summary",
-                          description=f"Step {name}: {summary['status']}: {summary['status_reason']}")
+    create_table_artifact(
+        _summary_rows(summary),
+        key=f"{name}-summary",
+        description=f"Step {name}: {summary['status']}: {summary['status_reason']}",
+    )
     failed = failed_mini_batches(summary["run_dir"])
     if failed:
         shown = failed[:FAILED_ROWS_SHOWN]
         more = f" (first {len(shown)} of {len(failed)})" if len(failed) > len(shown) else ""
-        create_table_artifact(shown, key=f"{name}-failed-mini-batches",
-                              description=f"Step {name}: failed mini-batches{more}; "
-                                          f"tracebacks under {summary['run_dir']}/logs/user/error/")
+        create_table_artifact(
+            shown,
+            key=f"{name}-failed-mini-batches",
+            description=f"Step {name}: failed mini-batches{more}; "
+            f"tracebacks under {summary['run_dir']}/logs/user/error/",
+        )
 
 
 def failed_mini_batches(run_dir: str) -> list[dict[str, Any]]:

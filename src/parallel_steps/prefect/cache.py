@@ -19,11 +19,15 @@ from ..errors import ParallelStepsError
 from ..step import reuse_key
 from .parameters import config_from_parameters
 
-
 # Fields that decide Succeeded or Failed for the same results; `reuse_key` leaves them out, but a run that
 # succeeded under a lenient threshold must not come back Cached under a strict one.
-OUTCOME_FIELDS = ("error_threshold", "mini_batch_error_threshold", "allowed_failed_percent",
-                  "max_tolerated_failure_rate", "max_same_error")
+OUTCOME_FIELDS = (
+    "error_threshold",
+    "mini_batch_error_threshold",
+    "allowed_failed_percent",
+    "max_tolerated_failure_rate",
+    "max_same_error",
+)
 
 
 @dataclass
@@ -35,8 +39,9 @@ class StepReuse(CachePolicy):
     the earlier output there without starting a worker).
     """
 
-    def compute_key(self, task_ctx: TaskRunContext, inputs: dict[str, Any], flow_parameters: dict[str, Any],
-                    **kwargs: Any) -> str | None:
+    def compute_key(
+        self, task_ctx: TaskRunContext, inputs: dict[str, Any], flow_parameters: dict[str, Any], **kwargs: Any
+    ) -> str | None:
         try:
             config = config_from_parameters(inputs)
             if not config.allow_reuse:

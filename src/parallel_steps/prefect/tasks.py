@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from prefect import get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.context import TaskRunContext
 from prefect.states import Cancelled
+
+from prefect import get_run_logger, task
 
 from ..config import ParallelRunConfig
 from ..driver import Cancel
@@ -33,9 +34,9 @@ from .artifacts import Progress, publish_summary
 from .cache import STEP_REUSE
 from .parameters import StepSpec, config_from_parameters, step_config
 
-_POLL_S = 0.5           # the task thread's loop: progress relayed, step thread checked
-_CANCEL_POLL_S = 1.0    # how often the flow run's state is read from the API
-_STOP_GRACE_S = 60.0    # bounded wait for the step to stop after the task was interrupted
+_POLL_S = 0.5  # the task thread's loop: progress relayed, step thread checked
+_CANCEL_POLL_S = 1.0  # how often the flow run's state is read from the API
+_STOP_GRACE_S = 60.0  # bounded wait for the step to stop after the task was interrupted
 
 
 class ParallelRunFailed(StepFailed):
@@ -43,8 +44,10 @@ class ParallelRunFailed(StepFailed):
 
     def __init__(self, summary: dict[str, Any]):
         super().__init__(summary)
-        self.args = (f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
-                     f"(see {summary.get('job_result')})",)
+        self.args = (
+            f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
+            f"(see {summary.get('job_result')})",
+        )
 
 
 def _task_run_name(parameters: dict[str, Any]) -> str:
@@ -100,8 +103,13 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
         raise ParallelRunFailed(failed.summary) from None
     progress.finish(summary)
     publish_summary(summary)
-    logger.info("step %s: %s%s: %s", config.name, summary["status"], " (reused)" if summary["reused"] else "",
-                summary["output_file"] or summary["output"])
+    logger.info(
+        "step %s: %s%s: %s",
+        config.name,
+        summary["status"],
+        " (reused)" if summary["reused"] else "",
+        summary["output_file"] or summary["output"],
+    )
     return summary
 
 
@@ -111,8 +119,9 @@ def _run_dir(config: ParallelRunConfig) -> Path:
     return config.resolved_run_root() / f"{config.name}-{task_run.id}"
 
 
-def _run_watched(config: ParallelRunConfig, run_dir: Path, progress: Progress,
-                 logger: logging.LoggerAdapter | logging.Logger) -> dict[str, Any]:
+def _run_watched(
+    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter | logging.Logger
+) -> dict[str, Any]:
     """Run the step on a helper thread; anything that interrupts this thread (a runner's SIGTERM, a
     task timeout) or a cancelled flow run cancels the step, which stops its workers."""
     messages: queue.SimpleQueue = queue.SimpleQueue()
@@ -145,9 +154,14 @@ class _StepThread(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._summary = run_step(self.config, run_dir=self.run_dir, run_id=self.run_dir.name,
-                                     on_progress=lambda snapshot: self.messages.put(("progress", snapshot)),
-                                     on_event=lambda event: self.messages.put(("event", event)), cancel=self.cancel)
+            self._summary = run_step(
+                self.config,
+                run_dir=self.run_dir,
+                run_id=self.run_dir.name,
+                on_progress=lambda snapshot: self.messages.put(("progress", snapshot)),
+                on_event=lambda event: self.messages.put(("event", event)),
+                cancel=self.cancel,
+            )
         except BaseException as exc:  # re-raised on the task's thread by result()
             self._error = exc
 

@@ -56,9 +56,11 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 
 _LAYOUT = 1  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
 
-_SUCCEED = ("UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
-            " items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
-            " fingerprint=coalesce(?, fingerprint) WHERE idx=?")
+_SUCCEED = (
+    "UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
+    " items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
+    " fingerprint=coalesce(?, fingerprint) WHERE idx=?"
+)
 
 
 class Ledger:
@@ -72,8 +74,10 @@ class Ledger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             if self.layout() != _LAYOUT:  # written by another version: nothing in it can be resumed
-                self._db.executescript("DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS mini_batches;"
-                                       f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};")
+                self._db.executescript(
+                    "DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS mini_batches;"
+                    f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};"
+                )
             self._db.executescript(_SCHEMA)
         self._successes: list[tuple] = []  # written by commit(), many rows per statement
 
@@ -109,8 +113,9 @@ class Ledger:
         return row[0] if row else default
 
     def set(self, **values: Any) -> None:
-        self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                             [(k, None if v is None else str(v)) for k, v in values.items()])
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, None if v is None else str(v)) for k, v in values.items()]
+        )
 
     # The plan ------------------------------------------------------------------
 
@@ -125,62 +130,114 @@ class Ledger:
             descriptor = pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors else None
             plan = (mb.index, mb.fingerprint, mb.describe(), mb.items, mb.nbytes, descriptor)
             if reuse:
-                reused.append((*plan, *(reuse["part"] or (None, None, None)), reuse["returned"],
-                               reuse["items_failed"], reuse["run_id"]))
+                reused.append(
+                    (
+                        *plan,
+                        *(reuse["part"] or (None, None, None)),
+                        reuse["returned"],
+                        reuse["items_failed"],
+                        reuse["run_id"],
+                    )
+                )
             else:
                 pending.append(plan)
-        self._db.executemany("INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor)"
-                             " VALUES (?,?,?,?,?,?)", pending)
+        self._db.executemany(
+            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor) VALUES (?,?,?,?,?,?)",
+            pending,
+        )
         self._db.executemany(
             "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, part, part_offset,"
             " part_length, returned, items_failed, reused_from, state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'succeeded')",
-            reused)
+            reused,
+        )
 
     def pending(self, chunk: int = 1000) -> Iterator[MiniBatch]:
         """Pending mini-batches in plan order, read a chunk at a time."""
         last = -1
         while True:
-            rows = self._db.execute("SELECT idx, descriptor FROM mini_batches WHERE state='pending' AND idx>?"
-                                    " ORDER BY idx LIMIT ?", (last, chunk)).fetchall()
+            rows = self._db.execute(
+                "SELECT idx, descriptor FROM mini_batches WHERE state='pending' AND idx>? ORDER BY idx LIMIT ?",
+                (last, chunk),
+            ).fetchall()
             if not rows:
                 return
-            for last, blob in rows:
+            for _, blob in rows:
                 yield pickle.loads(blob)
+            last = rows[-1][0]
 
     # Outcomes -------------------------------------------------------------------
 
-    def record_attempt(self, idx: int, attempt: int, worker: str, pid: int | None, started: float,
-                       outcome: str, error: str | None = None, exit_code: int | None = None) -> None:
-        self._db.execute("INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?)",
-                         (idx, attempt, worker, pid, started, time.time(), outcome, error, exit_code))
+    def record_attempt(
+        self,
+        idx: int,
+        attempt: int,
+        worker: str,
+        pid: int | None,
+        started: float,
+        outcome: str,
+        error: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        self._db.execute(
+            "INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?)",
+            (idx, attempt, worker, pid, started, time.time(), outcome, error, exit_code),
+        )
 
-    def succeed(self, idx: int, attempts: int, part: Part | None, returned: int, items_failed: int,
-                items: int | None, worker: str, duration: float, fingerprint: str | None) -> None:
+    def succeed(
+        self,
+        idx: int,
+        attempts: int,
+        part: Part | None,
+        returned: int,
+        items_failed: int,
+        items: int | None,
+        worker: str,
+        duration: float,
+        fingerprint: str | None,
+    ) -> None:
         """Written with the next `commit()`."""
-        self._successes.append((attempts, *(part or (None, None, None)), returned, items_failed, items, worker,
-                                duration, fingerprint, idx))
+        self._successes.append(
+            (attempts, *(part or (None, None, None)), returned, items_failed, items, worker, duration, fingerprint, idx)
+        )
 
-    def fail(self, idx: int, attempts: int, error: str, exit_code: int | None, items: int | None,
-             worker: str, duration: float) -> None:
-        self._db.execute("UPDATE mini_batches SET state='failed', attempts=?, error=?, exit_code=?,"
-                         " items=coalesce(items, ?), worker=?, duration=? WHERE idx=?",
-                         (attempts, error, exit_code, items, worker, duration, idx))
+    def fail(
+        self,
+        idx: int,
+        attempts: int,
+        error: str,
+        exit_code: int | None,
+        items: int | None,
+        worker: str,
+        duration: float,
+    ) -> None:
+        self._db.execute(
+            "UPDATE mini_batches SET state='failed', attempts=?, error=?, exit_code=?,"
+            " items=coalesce(items, ?), worker=?, duration=? WHERE idx=?",
+            (attempts, error, exit_code, items, worker, duration, idx),
+        )
 
     # Reading ---------------------------------------------------------------------
 
     def parts(self) -> Iterator[Part]:
         """The slice of every succeeded mini-batch that returned rows, in plan order."""
-        for row in self._db.execute("SELECT part, part_offset, part_length FROM mini_batches"
-                                    " WHERE state='succeeded' AND part IS NOT NULL ORDER BY idx"):
+        for row in self._db.execute(
+            "SELECT part, part_offset, part_length FROM mini_batches"
+            " WHERE state='succeeded' AND part IS NOT NULL ORDER BY idx"
+        ):
             yield Part(*row)
 
     def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
         """Succeeded results keyed by input fingerprint: what a later run may reuse."""
-        rows = self._db.execute("SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items"
-                                " FROM mini_batches WHERE state='succeeded' AND fingerprint IS NOT NULL")
-        return {fp: dict(part=Part(path, offset, length) if path else None, returned=returned,
-                         items_failed=failed, items=items)
-                for fp, path, offset, length, returned, failed, items in rows}
+        rows = self._db.execute(
+            "SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items"
+            " FROM mini_batches WHERE state='succeeded' AND fingerprint IS NOT NULL"
+        )
+        return {
+            fp: dict(
+                part=Part(path, offset, length) if path else None, returned=returned, items_failed=failed, items=items
+            )
+            for fp, path, offset, length, returned, failed, items in rows
+        }
 
     def fingerprints(self) -> list[str | None]:
         return [fp for (fp,) in self._db.execute("SELECT fingerprint FROM mini_batches ORDER BY idx")]
@@ -195,10 +252,13 @@ class Ledger:
 
     def rows(self, idx: int | None = None) -> list[dict[str, Any]]:
         """Mini-batch rows for status and logs commands (without the descriptor)."""
-        query = ("SELECT idx, source, items, state, attempts, returned, items_failed, reused_from, error,"
-                 " exit_code, worker, duration FROM mini_batches")
-        cursor = self._db.execute(query + (" WHERE idx=?" if idx is not None else " ORDER BY idx"),
-                                  (idx,) if idx is not None else ())
+        query = (
+            "SELECT idx, source, items, state, attempts, returned, items_failed, reused_from, error,"
+            " exit_code, worker, duration FROM mini_batches"
+        )
+        cursor = self._db.execute(
+            query + (" WHERE idx=?" if idx is not None else " ORDER BY idx"), (idx,) if idx is not None else ()
+        )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor]
 

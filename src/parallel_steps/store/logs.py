@@ -16,8 +16,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-PROCESSED_COLUMNS = ["mini_batch_id", "attempt", "node_id", "process_name", "pid", "items", "items_succeeded",
-                     "items_failed", "outcome", "started", "duration_s", "error"]
+PROCESSED_COLUMNS = [
+    "mini_batch_id",
+    "attempt",
+    "node_id",
+    "process_name",
+    "pid",
+    "items",
+    "items_succeeded",
+    "items_failed",
+    "outcome",
+    "started",
+    "duration_s",
+    "error",
+]
 
 
 @dataclass(frozen=True)
@@ -146,8 +158,10 @@ def hang_summary(error_log: Path) -> str:
     `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`."""
     dump = _tail(error_log, 65536).rsplit("stacks of every thread:", 1)[-1]
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
-        frames = [(os.path.basename(p), line, name)
-                  for p, line, name in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)]
+        frames = [
+            (os.path.basename(p), line, name)
+            for p, line, name in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
+        ]
         calls = [i for i, (path, _, name) in enumerate(frames) if name == "_call" and path == "runtime.py"]
         if calls and calls[0] > 0:
             user, innermost = frames[calls[0] - 1], frames[0]

@@ -67,8 +67,9 @@ def encode(result: Any, fmt: str) -> bytes:
     if fmt == "txt":
         return ("\n".join(_text_rows(result)) + "\n").encode("utf-8")
     if fmt == "jsonl":
-        return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n"
-                       for row in _records(result)).encode("utf-8")
+        return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n" for row in _records(result)).encode(
+            "utf-8"
+        )
     if fmt == "csv":
         return _to_pandas(result).to_csv(index=False).encode("utf-8")
     import pyarrow.parquet as pq
@@ -188,7 +189,7 @@ def _assemble_csv(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:
         for part, header in zip(parts, headers):
             data = reader.read(part)
             if header == union:
-                out.write(data[len(header) + 1:])
+                out.write(data[len(header) + 1 :])
             else:
                 import pandas as pd
 
@@ -213,8 +214,9 @@ def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> Non
     def table(part: Part):
         return pq.read_table(pa.BufferReader(reader.read(part))).replace_schema_metadata(None)
 
-    schema = pa.unify_schemas([pq.read_schema(pa.BufferReader(reader.read(p))).remove_metadata() for p in parts],
-                              promote_options="permissive")
+    schema = pa.unify_schemas(
+        [pq.read_schema(pa.BufferReader(reader.read(p))).remove_metadata() for p in parts], promote_options="permissive"
+    )
     with pq.ParquetWriter(tmp, schema) as writer:
         for part in parts:
             data = table(part)

@@ -57,22 +57,42 @@ class RunIndex:
     def __init__(self, run_root: Path):
         self.root = Path(run_root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.root / "index.sqlite", timeout=60, isolation_level=None,
-                                   check_same_thread=False)
+        self._db = sqlite3.connect(
+            self.root / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False
+        )
         _use_wal(self._db)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
         self._db.close()
 
-    def register(self, run_id: str, name: str, run_dir: Path, status: str, code_key: str | None = None,
-                 step_key: str | None = None, pid: int | None = None) -> None:
+    def register(
+        self,
+        run_id: str,
+        name: str,
+        run_dir: Path,
+        status: str,
+        code_key: str | None = None,
+        step_key: str | None = None,
+        pid: int | None = None,
+    ) -> None:
         self._db.execute(
             "INSERT INTO runs (run_id, name, run_dir, status, code_key, step_key, started_at, pid, host)"
             " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
             " code_key=coalesce(excluded.code_key, code_key), step_key=coalesce(excluded.step_key, step_key),"
             " pid=excluded.pid, ended_at=NULL",
-            (run_id, name, str(run_dir), status, code_key, step_key, time.time(), pid or os.getpid(), os.uname().nodename))
+            (
+                run_id,
+                name,
+                str(run_dir),
+                status,
+                code_key,
+                step_key,
+                time.time(),
+                pid or os.getpid(),
+                os.uname().nodename,
+            ),
+        )
 
     def update(self, run_id: str, **fields: Any) -> None:
         if "summary" in fields:
@@ -137,7 +157,8 @@ def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
                 if time.monotonic() > deadline:
                     raise ParallelStepsError(
                         f"another run with the same inputs and settings is still running after {timeout:.0f} s "
-                        f"(wait for it, or set allow_reuse=False)") from None
+                        f"(wait for it, or set allow_reuse=False)"
+                    ) from None
                 time.sleep(0.2)
         try:
             yield

@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..inputs.fingerprints import files_fingerprint
 from ..inputs.loaders import load
@@ -73,8 +74,16 @@ class Outcome:
 
     def __reduce__(self):
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
-        return Outcome, (self.ok, self.items, self.returned, self.part, self.error, self.started, self.duration,
-                         self.fingerprint)
+        return Outcome, (
+            self.ok,
+            self.items,
+            self.returned,
+            self.part,
+            self.error,
+            self.started,
+            self.duration,
+            self.fingerprint,
+        )
 
 
 class WorkerRuntime:
@@ -97,17 +106,27 @@ class WorkerRuntime:
         faulthandler.register(STACK_DUMP_SIGNAL, file=self._error_file, all_threads=True)
         self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")  # flushed with the results
         if spec.append_row:
-            self._spool = Spool(os.path.join(spec.parts_dir, f"{spec.node_id}-{spec.process_name}.{spec.output_format}"))
+            self._spool = Spool(
+                os.path.join(spec.parts_dir, f"{spec.node_id}-{spec.process_name}.{spec.output_format}")
+            )
         root = logging.getLogger()
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
         root.setLevel(spec.logging_level)
-        entry_script.configure(dict(
-            log_dir=str(spec.logs.entry_script_log.parent), entry_script_log=str(spec.logs.entry_script_log),
-            output_dir=spec.output_dir, working_dir=os.getcwd(), agent_name=spec.process_name,
-            node_id=spec.node_id, side_inputs=spec.side_inputs, logging_level=spec.logging_level,
-        ), self._hang_timeout_hook)
+        entry_script.configure(
+            dict(
+                log_dir=str(spec.logs.entry_script_log.parent),
+                entry_script_log=str(spec.logs.entry_script_log),
+                output_dir=spec.output_dir,
+                working_dir=os.getcwd(),
+                agent_name=spec.process_name,
+                node_id=spec.node_id,
+                side_inputs=spec.side_inputs,
+                logging_level=spec.logging_level,
+            ),
+            self._hang_timeout_hook,
+        )
         if spec.profile:
             import cProfile
 
@@ -132,11 +151,15 @@ class WorkerRuntime:
                 on_loaded(items)
             result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
-            outcome = Outcome(ok=True, items=items, returned=count_rows(result), part=part,
-                              fingerprint=self._fingerprint(mini_batch))
+            outcome = Outcome(
+                ok=True, items=items, returned=count_rows(result), part=part, fingerprint=self._fingerprint(mini_batch)
+            )
         except Exception as exc:
-            outcome = Outcome(ok=False, items=items,
-                              error=self._log_error(f"run() on mini-batch {mini_batch.index} attempt {attempt}", exc))
+            outcome = Outcome(
+                ok=False,
+                items=items,
+                error=self._log_error(f"run() on mini-batch {mini_batch.index} attempt {attempt}", exc),
+            )
         outcome.started, outcome.duration = started, time.time() - started
         self._journal_line(mini_batch, attempt, outcome)
         return outcome
@@ -172,20 +195,22 @@ class WorkerRuntime:
         spec = self.spec
         if spec.entry_callables is not None:
             functions = pickle.loads(spec.entry_callables)
-            sys.argv = ["parallel_run"] + list(spec.arguments)
+            sys.argv = ["parallel_run", *list(spec.arguments)]
             return {k: v for k, v in functions.items() if v is not None}
         script = Path(spec.entry_script)
         for folder in dict.fromkeys([spec.source_directory, str(script.parent)]):
             if folder and folder not in sys.path:
                 sys.path.insert(0, folder)
-        sys.argv = [str(script)] + list(spec.arguments)
+        sys.argv = [str(script), *list(spec.arguments)]
         module_spec = importlib.util.spec_from_file_location(script.stem, script)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[script.stem] = module
         module_spec.loader.exec_module(module)
         if not callable(getattr(module, "run", None)):
             raise AttributeError(f"{script} defines no run(mini_batch) function")
-        return {name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))}
+        return {
+            name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))
+        }
 
     def _download_dir(self) -> str:
         """An empty local folder for the files of this mini-batch named by URLs; the previous
@@ -219,7 +244,8 @@ class WorkerRuntime:
         self._journal.write(
             f"{timestamp(outcome.started)} pid={os.getpid()}"
             f" mini_batch={mini_batch.index} attempt={attempt} items={items} succeeded={succeeded} failed={failed}"
-            f" {'ok' if outcome.ok else 'error'} duration={outcome.duration:.3f}s\n")
+            f" {'ok' if outcome.ok else 'error'} duration={outcome.duration:.3f}s\n"
+        )
 
 
 def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
@@ -232,8 +258,9 @@ def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
     root = side_inputs_root(spec)
     local = {name: copy_once(source, root / name) for name, source in sources.items()}
     moves = sorted(((sources[name], path) for name, path in local.items()), key=lambda m: -len(m[0]))
-    return dataclasses.replace(spec, side_inputs={**spec.side_inputs, **local},
-                               arguments=[_repoint(arg, moves) for arg in spec.arguments])
+    return dataclasses.replace(
+        spec, side_inputs={**spec.side_inputs, **local}, arguments=[_repoint(arg, moves) for arg in spec.arguments]
+    )
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:
@@ -244,7 +271,7 @@ def side_inputs_root(spec: WorkerSpec) -> Path:
 def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
     """Replace a side input's original path inside an argument (whole path components only)."""
     for source, local in moves:
-        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", lambda _: local, argument)
+        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", lambda _, local=local: local, argument)
     return argument
 
 
