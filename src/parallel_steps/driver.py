@@ -274,6 +274,7 @@ class Driver:
             self._forget_starting(event.worker)
             self._ready[event.worker.id] = event.worker
             self._queued[event.worker.id] = collections.deque()
+            self.emit("worker_started", worker=event.worker.id, pid=event.worker.pid, gpu=event.worker.gpu)
             self.log.info(
                 "%s ready (pid %s%s)",
                 event.worker.id,
@@ -457,6 +458,7 @@ class Driver:
                 timestamp(current.started),
                 f"{duration:.3f}",
                 error,
+                f"{current.started:.3f}",
             ]
         )
         self._dirty = True
@@ -597,9 +599,11 @@ class Driver:
                 self.log.exception("on_progress callback failed")
 
     def emit(self, kind: str, **data: Any) -> None:
+        event = {"type": kind, "time": time.time(), **data}
+        self.logs.record_event(event)
         if self.on_event:
             try:
-                self.on_event({"type": kind, "time": time.time(), **data})
+                self.on_event(event)
             except Exception:  # a broken callback must not break the run
                 self.log.exception("on_event callback failed for %s", kind)
 

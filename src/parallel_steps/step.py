@@ -393,8 +393,11 @@ class _StepRun:
         log.warning(
             "restart %d of %d after a system error: %s", len(self.restarts), self.config.max_job_restarts, reason
         )
+        event = {"type": "restart", "time": time.time(), "restart": len(self.restarts), "reason": reason}
+        self.logs.record_event(event)
+        self.logs.flush()
         if self.on_event:
-            self.on_event({"type": "restart", "time": time.time(), "restart": len(self.restarts), "reason": reason})
+            self.on_event(event)
         self.ledger.rollback()
         self.resumed = True
         self._plan(self._reuse_sources(index))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+#: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
     "mini_batch_id",
     "attempt",
@@ -29,6 +31,7 @@ PROCESSED_COLUMNS = [
     "started",
     "duration_s",
     "error",
+    "start_time",
 ]
 
 
@@ -53,11 +56,13 @@ class RunLogs:
         self.progress_overview = self.root / "job_progress_overview.txt"
         self.job_result = self.root / "job_result.txt"
         self.processed = self.root / "sys" / "job_report" / "processed_mini-batches.csv"
+        self.events = self.root / "sys" / "events.jsonl"
         self.error_summary = self.root / "user" / "error.txt"
         for folder in (self.master_role.parent, self.processed.parent, self.error_summary.parent):
             folder.mkdir(parents=True, exist_ok=True)
         self._processed_file = None
         self._processed_writer = None
+        self._events_file = None
         self._master_handler: logging.Handler | None = None
 
     def worker(self, node_id: str, process_name: str) -> WorkerLogPaths:
@@ -98,9 +103,16 @@ class RunLogs:
                 self._processed_writer.writerow(PROCESSED_COLUMNS)
         self._processed_writer.writerow(row)
 
+    def record_event(self, event: dict) -> None:
+        """One line of events.jsonl: a job event (worker started or replaced, failures, restarts, the end)."""
+        if self._events_file is None:
+            self._events_file = open(self.events, "a", encoding="utf-8")
+        self._events_file.write(json.dumps(event, default=str) + "\n")
+
     def flush(self) -> None:
-        if self._processed_file:
-            self._processed_file.flush()
+        for file in (self._processed_file, self._events_file):
+            if file:
+                file.flush()
 
     def write_progress(self, text: str) -> None:
         _write_atomic(self.progress_overview, text)
@@ -115,6 +127,9 @@ class RunLogs:
         if self._processed_file:
             self._processed_file.close()
             self._processed_file = self._processed_writer = None
+        if self._events_file:
+            self._events_file.close()
+            self._events_file = None
         if logger and self._master_handler:
             logger.removeHandler(self._master_handler)
             self._master_handler.close()
