@@ -17,12 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError, InputError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
+from .store.runs import default_run_root
 
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 OUTPUT_FORMATS = {".txt": "txt", ".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+MASK = "***"
 
 
 def parse_size(value: int | str) -> int:
@@ -115,6 +118,12 @@ class ParallelRunConfig(BaseModel):
         60, gt=0, description="Seconds one run() call may take before the worker is killed and the attempt fails."
     )
     run_max_try: int = Field(3, ge=1, description="Attempts per mini-batch, the first included.")
+    shutdown_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds each worker's shutdown() may take before the worker is killed (the run's status "
+        "stands; the summary lists the workers cut off); default run_invocation_timeout.",
+    )
     allow_reuse: bool = Field(
         True, description="Reuse results of an earlier run with the same inputs, script and settings."
     )
@@ -282,11 +291,15 @@ class ParallelRunConfig(BaseModel):
         return None if self.worker_memory_limit is None else parse_size(self.worker_memory_limit)
 
     @property
+    def shutdown_seconds(self) -> float:
+        return self.shutdown_timeout or self.run_invocation_timeout
+
+    @property
     def progress_timeout(self) -> float:
         return self.progress_update_timeout or 3 * (self.run_invocation_timeout + 30)
 
     def resolved_run_root(self) -> Path:
-        return Path(self.run_root or os.environ.get("PARALLEL_STEPS_HOME") or ".parallel_steps").absolute()
+        return default_run_root(self.run_root)
 
     # Construction from strings, files and overrides ------------------------
 
@@ -413,6 +426,32 @@ def _config_error(exc: ValidationError) -> ConfigError:
     return error
 
 
-def dump_json(config: ParallelRunConfig) -> dict[str, Any]:
-    """The effective configuration as plain JSON data (for run.json and summaries)."""
-    return json.loads(config.model_dump_json())
+def public_config(config: ParallelRunConfig) -> dict[str, Any]:
+    """The effective configuration as plain JSON data for summaries, run.json, XCom and artifacts:
+    environment variable values are masked (a `${env:NAME}` reference is shown as written)."""
+    data = json.loads(config.model_dump_json())
+    data["environment_variables"] = {name: mask(value) for name, value in config.environment_variables.items()}
+    return data
+
+
+def mask(value: str) -> str:
+    """A secret's value as shown anywhere outside the worker's environment."""
+    return value if _ENV_REF.fullmatch(value) else MASK
+
+
+def resolved_environment(config: ParallelRunConfig) -> dict[str, str]:
+    """The workers' extra environment: `environment_variables` with `${env:NAME}` read from this
+    process's environment. Only the workers' environment ever holds the values."""
+    resolved = {}
+    for name, value in config.environment_variables.items():
+        reference = _ENV_REF.fullmatch(value)
+        if reference:
+            source = reference.group(1)
+            if source not in os.environ:
+                raise ConfigError(
+                    "environment_variables",
+                    f"{name}: ${{env:{source}}} is not set in the environment of the process that runs the step",
+                )
+            value = os.environ[source]
+        resolved[name] = value
+    return resolved

@@ -4,7 +4,7 @@ or folder and ask its state, wait for it, cancel it, read its logs, list and cle
 A run's state comes from `run.json` (written when it is queued, starts and ends) and
 its ledger (committed as mini-batches finish), so a running run reports live counts.
 Cancel is a request file in the run directory that the driver checks, so it works
-from any process that sees the folder.
+from any process that sees the folder. The background process itself is `detached.py`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,16 +20,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .checks import check_inputs
+from .config import ParallelRunConfig, public_config
 from .errors import InputError, ParallelStepsError
 from .store.ledger import Ledger
-from .store.runs import ACTIVE, RunIndex, driver_alive, new_run_id, read_summary, request_cancel, write_summary
+from .store.logs import RunLogs
+from .store.runs import (
+    ACTIVE,
+    STEP_FILE,
+    RunIndex,
+    default_run_root,
+    driver_alive,
+    new_run_id,
+    read_summary,
+    request_cancel,
+    write_summary,
+)
+from .summary import TERMINAL, RunSummary
 
-TERMINAL = ("Succeeded", "Failed", "Canceled")
+#: The environment variable through which a detached run gets its `environment_variables` values:
+#: step.json holds them masked, so no secret is written to the run directory.
+ENVIRONMENT_VARIABLE = "PARALLEL_STEPS_DETACHED_ENVIRONMENT"
 _POLL_S = 0.5
-
-
-def default_run_root(run_root: str | None = None) -> Path:
-    return Path(run_root or os.environ.get("PARALLEL_STEPS_HOME") or ".parallel_steps").absolute()
 
 
 def resolve_run(run: str, run_root: str | None = None) -> Path:
@@ -54,26 +65,26 @@ def resolve_run(run: str, run_root: str | None = None) -> Path:
 # Submitting ------------------------------------------------------------------------------
 
 
-def submit(config, run_id: str | None = None, run_dir: str | os.PathLike | None = None) -> RunHandle:
+def submit(config: ParallelRunConfig, run_id: str | None = None, run_dir: str | os.PathLike | None = None) -> RunHandle:
     """Start the step in a background process that outlives the caller; returns its handle at once.
 
     Everything that can be checked is checked here first, so a bad config or a missing
     input raises now instead of failing in the background.
     """
-    from .step import check_inputs
-
     check_inputs(config)
     run_id = run_id or new_run_id(config.name)
     folder = Path(run_dir).absolute() if run_dir else config.resolved_run_root() / run_id
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "step.json").write_text(config.model_dump_json())
-    _queued(folder, run_id, config.name, pid=None)
+    (folder / STEP_FILE).write_text(json.dumps(public_config(config)))
+    queued(folder, run_id, config.name, pid=None)
+    env = {**os.environ, ENVIRONMENT_VARIABLE: json.dumps(config.environment_variables)}
     with open(folder / "driver.log", "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "parallel_steps.jobs", str(folder), run_id],
+            [sys.executable, "-m", "parallel_steps.detached", str(folder), run_id],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
+            env=env,
             start_new_session=True,
         )
     index = RunIndex(config.resolved_run_root())
@@ -84,43 +95,10 @@ def submit(config, run_id: str | None = None, run_dir: str | os.PathLike | None 
     return RunHandle(folder)
 
 
-def _queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
-    write_summary(
-        run_dir,
-        dict(
-            run_id=run_id,
-            name=name,
-            status="Queued",
-            status_reason="planning",
-            run_dir=str(run_dir),
-            pid=pid,
-            host=os.uname().nodename,
-        ),
-    )
-
-
-def _run_detached(run_dir: str, run_id: str) -> int:
-    """The background process of `submit`: run the step saved in the run directory."""
-    from .config import ParallelRunConfig
-    from .driver import Cancel
-    from .errors import StepFailed
-    from .step import run_step
-
-    config = ParallelRunConfig.model_validate_json(Path(run_dir, "step.json").read_text())
-    _queued(Path(run_dir), run_id, config.name, pid=os.getpid())  # now `status` can tell if it dies
-    cancel = Cancel()
-    signal.signal(signal.SIGTERM, lambda *_: cancel.cancel("canceled by the user (SIGTERM)"))
-    try:
-        run_step(config, run_dir=run_dir, run_id=run_id, cancel=cancel)
-    except StepFailed:
-        return 1
-    except Exception as exc:  # found in the background (e.g. an input error): the run failed with it
-        write_summary(
-            Path(run_dir),
-            dict(read_summary(Path(run_dir)) or {}, status="Failed", status_reason=f"{type(exc).__name__}: {exc}"),
-        )
-        return 2
-    return 0
+def queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
+    """The summary of a run that is submitted and not yet running."""
+    summary = RunSummary(run_id=run_id, name=name, status="Queued", status_reason="planning", run_dir=str(run_dir))
+    write_summary(run_dir, dict(summary, pid=pid, host=os.uname().nodename))
 
 
 class RunHandle:
@@ -213,53 +191,31 @@ def cancel(run: str, run_root: str | None = None, reason: str = "canceled by the
 
 
 def logs(
-    run: str, run_root: str | None = None, mini_batch: int | None = None, stderr: bool = False, follow: bool = False
+    run: str,
+    run_root: str | None = None,
+    mini_batch: int | None = None,
+    stderr: bool = False,
+    follow: bool = False,
 ) -> Iterator[str]:
     """The driver's log (`master_role.txt`), or workers' stderr, or everything about one mini-batch;
     with `follow`, keep printing new lines until the run ends."""
     run_dir = resolve_run(run, run_root)
-    if mini_batch is not None:
-        yield from _mini_batch_logs(run_dir, mini_batch, stderr)
+    run_logs = RunLogs(run_dir, create=False)
+    if mini_batch is None:
+        yield from run_logs.follow(stderr, follow, lambda: run_status(str(run_dir))["status"] in TERMINAL)
         return
-    if stderr:
-        files = sorted((run_dir / "logs/user/stderr").glob("*/*.stderr.txt"))
-    else:
-        files = [run_dir / "logs/sys/master_role.txt"]
-    yield from _tail(files, follow, lambda: run_status(str(run_dir))["status"] in TERMINAL)
-
-
-def _tail(files: list[Path], follow: bool, ended) -> Iterator[str]:
-    offsets = dict.fromkeys(files, 0)
-    while True:
-        done = ended() if follow else True
-        for path in offsets:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as file:
-                    file.seek(offsets[path])
-                    text = file.read()
-                    offsets[path] = file.tell()
-            except OSError:
-                continue
-            if text:
-                yield (f"==> {path.parent.name}/{path.name} <==\n" if len(files) > 1 else "") + text
-        if done:
-            return
-        time.sleep(_POLL_S)
-
-
-def _mini_batch_logs(run_dir: Path, index: int, stderr: bool) -> Iterator[str]:
     ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
     if ledger is None:
         raise InputError(str(run_dir), "has no ledger")
     try:
-        rows, attempts = ledger.rows(index), ledger.attempts(index)
+        rows, attempts = ledger.rows(mini_batch), ledger.attempts(mini_batch)
     finally:
         ledger.close()
     if not rows:
-        raise InputError(str(index), f"no mini-batch with this id in {run_dir}")
+        raise InputError(str(mini_batch), f"no mini-batch with this id in {run_dir}")
     row = rows[0]
     yield (
-        f"mini-batch {index}: {row['state']} after {row['attempts']} attempt(s); {row['source']}\n"
+        f"mini-batch {mini_batch}: {row['state']} after {row['attempts']} attempt(s); {row['source']}\n"
         f"  items {row['items']}, returned {row['returned']}, failed items {row['items_failed']}, "
         f"worker {row['worker']}, duration {row['duration'] or 0:.3f} s\n"
     )
@@ -270,30 +226,7 @@ def _mini_batch_logs(run_dir: Path, index: int, stderr: bool) -> Iterator[str]:
             f"{attempt['outcome']}{code}: {attempt['error']}\n"
         )
     workers = {w for w in [row["worker"], *(a["worker"] for a in attempts)] if w}
-    marker = re.compile(rf"mini-batch {index} attempt \d+|mini_batch={index} |on mini-batch {index}\b")
-    for worker in sorted(workers):
-        node, process = worker.split("/")
-        for path in (
-            run_dir / f"logs/sys/node/{node}/{process}.txt",
-            run_dir / f"logs/user/error/{node}/{process}.txt",
-        ):
-            yield from _sections(path, marker)
-        if stderr:
-            path = run_dir / f"logs/user/stderr/{node}/{process}.stderr.txt"
-            if path.exists():
-                yield f"==> {node}/{path.name} <==\n{path.read_text(errors='replace')}"
-
-
-def _sections(path: Path, marker: re.Pattern) -> Iterator[str]:
-    """Journal lines and error sections (they start with `---`) that mention the mini-batch."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return
-    sections = re.split(r"(?m)^(?=--- )", text) if "error" in path.parts else text.splitlines(keepends=True)
-    found = [s for s in sections if marker.search(s.splitlines()[0] if s else "")]
-    if found:
-        yield f"==> {path.relative_to(path.parents[3])} <==\n" + "".join(found)
+    yield from run_logs.mini_batch_story(mini_batch, workers, stderr)
 
 
 # Listing and cleaning -----------------------------------------------------------------------
@@ -347,7 +280,3 @@ def parse_age(text: str) -> float:
     if not match:
         raise ParallelStepsError(f"--older-than: {text!r} is not an age (use 30s, 15m, 12h, 7d)")
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-
-
-if __name__ == "__main__":
-    sys.exit(_run_detached(sys.argv[1], sys.argv[2]))

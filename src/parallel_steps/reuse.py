@@ -1,4 +1,4 @@
-"""Reuse keys (DESIGN.md section 6): what determines a step's results, hashed.
+"""Reuse (DESIGN.md section 6): what determines a step's results, hashed; where earlier results are found.
 
 The code key covers everything but the inputs: the entry script, the
 source directory, arguments, side inputs, the fields that change results, and
@@ -12,16 +12,28 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from . import __version__
-from .config import ParallelRunConfig
+from .config import ParallelRunConfig, public_config
+from .driver.health import threshold_breach
 from .inputs.fingerprints import content_hash, file_identity
+from .inputs.minibatch import MiniBatch
 from .inputs.planner import iter_files
+from .inputs.storage import is_url, upload
+from .store.ledger import Ledger
+from .store.logs import timestamp
+from .store.output import link_or_copy
+from .store.rundir import RunDirectory
+from .store.runs import RunIndex, read_summary
+from .summary import Counters, RunSummary
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
 RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action")
+_REUSE_SOURCES = 5  # earlier runs whose finished mini-batches a run looks up
 
 
 def code_key(
@@ -66,3 +78,80 @@ def _tree(digest, root: Path, mode: str, skip: set[Path]) -> None:
                 digest.update(file_identity(path, os.stat(path), mode, name=os.path.relpath(path, root)))
             except OSError:
                 continue  # vanished or unreadable: not part of the code
+
+
+class ReuseSources:
+    """Finished results a run may take instead of running them: its own (a resume or a restart),
+    then those of the newest earlier runs with the same code key when `allow_reuse` is on."""
+
+    def __init__(self, run: RunDirectory, index: RunIndex, code: str, allow_reuse: bool):
+        self.run = run
+        self._sources = [(run.run_id, run.ledger.results_by_fingerprint())] if run.resumed else []
+        if allow_reuse:
+            for record in index.with_code_key(code, exclude=run.run_id)[:_REUSE_SOURCES]:
+                ledger = Ledger.open_readonly(Path(record["run_dir"]) / "ledger.sqlite")
+                if ledger:
+                    self._sources.append((record["run_id"], ledger.results_by_fingerprint()))
+                    ledger.close()
+
+    def __bool__(self) -> bool:
+        return bool(self._sources)
+
+    def find(self, mini_batch: MiniBatch) -> dict[str, Any] | None:
+        """The committed result of a mini-batch with the same fingerprint (its part linked into this
+        run), with the `run_id` it came from; None when no source has it."""
+        for run_id, results in self._sources:
+            result = results.get(mini_batch.fingerprint)
+            if result is None or (result["part"] and not os.path.exists(result["part"].path)):
+                continue
+            part = result["part"]
+            if part and run_id != self.run.run_id:
+                part = part._replace(path=self.run.link_spool(run_id, part.path))
+            return dict(result, part=part, run_id=run_id)
+        return None
+
+
+def restore_whole_step(
+    index: RunIndex, key: str, run: RunDirectory, config: ParallelRunConfig, started_at: float
+) -> RunSummary | None:
+    """An earlier successful run with the same step key: its output restored here, no worker started.
+    None when there is none, or its failed items exceed this run's thresholds."""
+    earlier = index.succeeded_with_step_key(key)
+    if not earlier or earlier["run_id"] == run.run_id:
+        return None
+    summary = read_summary(Path(earlier["run_dir"]))
+    if not summary or summary.get("status") != "Succeeded" or threshold_breach(config, Counters.of(summary)):
+        return None
+    output, target = summary.get("output"), summary.get("output_file")
+    if target:
+        # an uploaded output was assembled in its run folder first
+        source = Path(earlier["run_dir"]) / "output" / target.rsplit("/", 1)[-1] if is_url(target) else Path(target)
+        if not source.exists():
+            return None
+        if run.output_url:
+            output, target = run.output_url, output_file_url(run.output_url, config)
+            upload(source, target)
+        elif config.output or run.chosen:  # else point at the earlier run's own output
+            output = str(run.output_dir)
+            target = str(link_or_copy(source, run.output_dir / config.append_row_file_name))
+    # Counts describe this invocation: nothing ran, every mini-batch was reused.
+    return RunSummary(
+        **{  # type: ignore[typeddict-item]
+            **summary,
+            "reused": True,
+            "output": output,
+            "output_file": target,
+            "mini_batches_reused": summary["mini_batches_total"],
+            "mini_batches_run": 0,
+            "workers_started": 0,
+            "attempts_retried": 0,
+            "started_at": timestamp(started_at),
+            "ended_at": timestamp(),
+            "elapsed_s": round(time.time() - started_at, 3),
+            "config": public_config(config),
+        }
+    )
+
+
+def output_file_url(output_url: str, config: ParallelRunConfig) -> str:
+    return f"{output_url.rstrip('/')}/{config.append_row_file_name}"

@@ -149,9 +149,9 @@ BAD = set(open("bad.txt").read().split())
     ):
         """The first mini-batches run while the rest is still being planned: a failure among them is
         a share of every mini-batch, not of those planned so far."""
-        from parallel_steps import step as step_module
+        from parallel_steps import plan
 
-        assert step_module._PLAN_CHUNK < 150, "the plan must still be streaming when the first failures come"
+        assert plan._CHUNK < 150, "the plan must still be streaming when the first failures come"
         make_files(150)
         write_script(
             self.SCRIPT.replace("    return [", "    time.sleep(0.02)\n    return [").replace(

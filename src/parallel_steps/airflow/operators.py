@@ -19,7 +19,7 @@ from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from ..config import NAME_PATTERN, ParallelRunConfig
-from ..driver import Cancel
+from ..control import Cancel
 from ..errors import ConfigError, InputError, StepFailed
 from ..step import run_step
 

@@ -1,98 +1,86 @@
-"""The worker pool interface: the only part of execution that varies (local processes, Ray actors).
+"""The worker pool interface, and the supervision both pools share.
 
-The driver submits one mini-batch at a time to an idle worker and reads events;
+A pool is the only part of execution that varies (local processes, Ray actors).
+The driver submits mini-batches to ready workers and reads events (protocol.py);
 it never sees a process or an actor. Every failure is scoped to one worker and
 the one mini-batch it held, so a pool is never "broken".
+
+What both pools do the same way lives here: worker names, worker states, the
+texts of losses, the next wake-up, and which processes this machine can observe.
 """
 
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
+import enum
+import signal
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..protocol import Event, WorkerInfo, WorkerSpec
+from ..store.logs import mini_batch_tag
+
 if TYPE_CHECKING:
     from ..inputs.minibatch import MiniBatch
-    from ..worker.runtime import Outcome
+
+_IDLE_WAKEUP_S = 3600.0
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
-    """Who a worker is: `id` is `<node_id>/<process_name>`; a replacement gets a new process name."""
+class WorkerState(enum.Enum):
+    """Where a worker is in its life, as its pool sees it."""
 
-    id: str
-    node_index: int
-    node_id: str
-    process_name: str
-    slot: int
-    pid: int | None = None
-    gpu: str | None = None
+    STARTING = "starting"  # started, init() not done
+    READY = "ready"  # takes mini-batches
+    STOPPING = "stopping"  # asked to stop, or given up on: its results are no longer taken
+    GONE = "gone"
 
 
-@dataclass(frozen=True)
-class Event:
-    worker: WorkerInfo
+@dataclass
+class PoolSettings:
+    """What any pool needs to start workers.
 
-
-@dataclass(frozen=True)
-class Ready(Event):
-    """init() returned; the worker takes mini-batches."""
-
-
-@dataclass(frozen=True)
-class InitFailed(Event):
-    """The entry script failed to import or init() raised, or the worker died while starting."""
-
-    error: str
-
-
-@dataclass(frozen=True)
-class ItemsLoaded(Event):
-    """The worker loaded a mini-batch whose item count only reading could tell."""
-
-    mini_batch: int
-    items: int
-
-
-@dataclass(frozen=True)
-class HangTimeoutChanged(Event):
-    """The entry script changed the time its current run() may take (None: no limit; -1: back to default)."""
-
-    seconds: float | None
-
-
-@dataclass(frozen=True)
-class Finished(Event):
-    """run() returned (`outcome.ok`) or raised (`outcome.error`); the worker is idle again."""
-
-    mini_batch: MiniBatch
-    attempt: int
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class Lost(Event):
-    """The worker is gone: `reason` is `crashed`, `timed_out` or `out_of_memory`.
-
-    `mini_batch` is the one it was running (None when it was idle or starting); the
-    driver gives the ones queued behind it to other workers.
+    `make_spec(node_index, node_id, process_name)` returns the worker's `WorkerSpec`
+    (log paths, entry script, output); `environment` is added to every worker's.
     """
 
-    mini_batch: MiniBatch | None
-    attempt: int
-    reason: str
-    exit_code: int | None
-    detail: str
+    node_count: int
+    process_count_per_node: int
+    make_spec: Callable[[int, str, str], WorkerSpec]
+    environment: dict[str, str]
+    gpu_ids: list[str]
+    memory_limit: int | None = None
+    shutdown_timeout: float = 60.0
+    main_node_address: str = "127.0.0.1"
+
+    def worker_environment(self, node_index: int, process_name: str, gpu: str | None) -> dict[str, str]:
+        """The PARALLEL_STEPS_* variables, CUDA_VISIBLE_DEVICES and the user's variables."""
+        return {
+            **self.environment,
+            "PARALLEL_STEPS_NODE_INDEX": str(node_index),
+            "PARALLEL_STEPS_NUM_NODES": str(self.node_count),
+            "PARALLEL_STEPS_MAIN_NODE_INDEX": "0",
+            "PARALLEL_STEPS_MAIN_NODE_ADDRESS": self.main_node_address,
+            "PARALLEL_STEPS_PROCESS_NAME": process_name,
+            "CUDA_VISIBLE_DEVICES": gpu or "",
+        }
 
 
 class WorkerPool(abc.ABC):
-    """Starts, feeds, supervises and replaces workers; a context manager that always cleans up."""
+    """Starts, feeds, supervises and replaces workers; a context manager that always cleans up.
+
+    Subclasses keep their workers' handles (each with an `info: WorkerInfo`) in `_handles`.
+    """
 
     def __init__(self, settings: PoolSettings) -> None:
         self.settings = settings
+        self._handles: dict[str, Any] = {}
+        self._next_process: collections.Counter[int] = collections.Counter()
         self._stack = contextlib.ExitStack()
         self._open = False
+        self.shutdown_cut_off: list[str] = []  # workers whose shutdown() close() had to cut off
 
     def __enter__(self) -> WorkerPool:
         self._stack.__enter__()
@@ -117,7 +105,9 @@ class WorkerPool(abc.ABC):
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
         """Queue one mini-batch on a ready worker; it runs its queue in order, one at a time.
 
-        `timeout` bounds each run() from the moment the worker starts it (None: no bound).
+        `timeout` bounds each run() from the moment the worker starts it (None: no bound). A
+        worker the pool no longer knows (it was lost since the driver last looked) is ignored:
+        its `Lost` event sends the driver's queue for it elsewhere.
         """
 
     @abc.abstractmethod
@@ -128,47 +118,73 @@ class WorkerPool(abc.ABC):
     def replace(self, worker: WorkerInfo) -> None:
         """Start a new worker in the slot of a lost one (it runs init() again)."""
 
+    @abc.abstractmethod
+    def close(self, grace: float | None = None) -> None:
+        """Stop every worker: shutdown() on idle ones, bounded by `grace` (default the settings'
+        `shutdown_timeout`; 0 kills at once), then kill whatever is left and list it in
+        `shutdown_cut_off`. Idempotent; returns within the bound plus a few seconds, whatever
+        the entry script does."""
+
     def processes(self) -> dict[str, list[tuple[str, int]]]:
         """node id -> [(process name, pid)] of live workers this machine can observe (resource monitor)."""
-        return {}
+        found: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        for handle in list(self._handles.values()):
+            info = handle.info
+            if info.pid is not None and self._observable(handle):
+                found[info.node_id].append((info.process_name, info.pid))
+        return found
 
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Stop every worker (shutdown() with a grace period, then kill); idempotent."""
+    def _observable(self, handle: Any) -> bool:
+        """Whether psutil on this machine sees the worker's process."""
+        return True
+
+    def _new_worker(self, node_index: int, slot: int) -> WorkerInfo:
+        """The identity of a new worker in a slot: the node's next process name."""
+        node_id = node_id_of(node_index)
+        process_name = f"process{self._next_process[node_index]:03d}"
+        self._next_process[node_index] += 1
+        return WorkerInfo(
+            id=f"{node_id}/{process_name}", node_index=node_index, node_id=node_id, process_name=process_name, slot=slot
+        )
 
     def _check_open(self) -> None:
         if not self._open:
             raise RuntimeError("the worker pool is not started (use it as a context manager)")
 
 
-@dataclass
-class PoolSettings:
-    """What any pool needs to start workers.
+def next_wakeup(now: float, times: Iterable[float | None]) -> float:
+    """The earliest of `times` (deadlines, kill times, checks), or a distant one when none is set."""
+    return min((t for t in times if t is not None), default=now + _IDLE_WAKEUP_S)
 
-    `make_spec(node_index, node_id, process_name)` returns the worker's `WorkerSpec`
-    (log paths, entry script, output); `environment` is added to every worker's.
-    """
 
-    node_count: int
-    process_count_per_node: int
-    make_spec: Any
-    environment: dict[str, str]
-    gpu_ids: list[str]
-    memory_limit: int | None = None
-    shutdown_timeout: float = 60.0
-    main_node_address: str = "127.0.0.1"
+# The texts of losses, the same on every pool -------------------------------------------------
 
-    def worker_environment(self, node_index: int, process_name: str, gpu: str | None) -> dict[str, str]:
-        """The PARALLEL_STEPS_* variables, CUDA_VISIBLE_DEVICES and the user's variables."""
-        return {
-            **self.environment,
-            "PARALLEL_STEPS_NODE_INDEX": str(node_index),
-            "PARALLEL_STEPS_NUM_NODES": str(self.node_count),
-            "PARALLEL_STEPS_MAIN_NODE_INDEX": "0",
-            "PARALLEL_STEPS_MAIN_NODE_ADDRESS": self.main_node_address,
-            "PARALLEL_STEPS_PROCESS_NAME": process_name,
-            "CUDA_VISIBLE_DEVICES": gpu or "",
-        }
+
+def timed_out_detail(limit: float, mini_batch: int) -> str:
+    return f"run() exceeded {limit:g} s {mini_batch_tag(mini_batch)}"
+
+
+def out_of_memory_detail(rss: int, limit: int) -> str:
+    return f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
+
+
+def shutdown_cut_off_detail(timeout: float) -> str:
+    return f"shutdown() did not finish within {timeout:g} s; the worker is killed"
+
+
+def exit_name(code: int | None) -> str:
+    """An exit code as people read it: `exit code 1`, or the signal, e.g. `SIGKILL(-9)`."""
+    if code is None:
+        return "an unknown exit code"
+    if code < 0:
+        try:
+            return f"{signal.Signals(-code).name}({code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+# Processes ------------------------------------------------------------------------------------
 
 
 def tree_rss(pid: int) -> int:

@@ -12,63 +12,21 @@ gone, so even a SIGKILLed driver leaves no orphans.
 from __future__ import annotations
 
 import collections
-import mmap
 import os
 import select
 import signal
-import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
+from .marker import Marker
 
 _PARENT_POLL_S = 0.5
 _BATCH_S = 0.02  # the longest a finished result waits for company
 _BATCH_MAX = 32
-
-
-class Marker:
-    """What a worker is running (mini-batch index, -1 for none) and since when (`time.monotonic()`,
-    one clock for every process on Linux), in a small file both processes map.
-
-    One writer (the worker), one reader (the pool); a generation number, odd while the
-    worker writes, lets the reader retry a torn read (a seqlock).
-    """
-
-    _FIELDS = struct.Struct("qqd")
-
-    def __init__(self, path: str):
-        self.path = path
-        with open(path, "r+b") as file:
-            self._map = mmap.mmap(file.fileno(), self._FIELDS.size)
-        self._generation = self._FIELDS.unpack_from(self._map)[0]
-
-    @classmethod
-    def create(cls) -> Marker:
-        fd, path = tempfile.mkstemp(prefix="parallel-steps-worker-", suffix=".marker")
-        os.write(fd, cls._FIELDS.pack(0, -1, 0.0))
-        os.close(fd)
-        return cls(path)
-
-    def set(self, index: int, since: float = 0.0) -> None:
-        struct.pack_into("q", self._map, 0, self._generation + 1)
-        struct.pack_into("qd", self._map, 8, index, since)
-        self._generation += 2
-        struct.pack_into("q", self._map, 0, self._generation)
-
-    def get(self) -> tuple[int, float]:
-        while True:
-            generation, index, since = self._FIELDS.unpack_from(self._map)
-            if generation % 2 == 0 and struct.unpack_from("q", self._map)[0] == generation:
-                return index, since
-
-    def remove(self) -> None:
-        self._map.close()
-        os.unlink(self.path)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -141,7 +99,7 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
         outcome = runtime.run(
             mini_batch, attempt, on_loaded=lambda n, index=mini_batch.index: results.send("loaded", index, n)
         )
-        marker.set(-1)
+        marker.clear()
         results.add(mini_batch.index, outcome)
         if not queue or not outcome.ok or results.due():  # a failure is reported at once, never lost
             results.send()

@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
-from ..config import ParallelRunConfig, dump_json
+from ..config import ParallelRunConfig, public_config
 from ..jobs import run_status
 
 FAILED_ROWS_SHOWN = 100  # a table artifact is for reading, the full list is in the run's logs
@@ -92,7 +92,7 @@ def failed_mini_batches(run_dir: str) -> list[dict[str, Any]]:
 def _summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per summary field, then the configuration fields that differ from their defaults."""
     rows = [{"field": key, "value": value} for key, value in summary.items() if not isinstance(value, dict)]
-    defaults = dump_json(ParallelRunConfig())
+    defaults = public_config(ParallelRunConfig())
     for key, value in summary.get("config", {}).items():
         if value != defaults.get(key):
             rows.append({"field": f"config.{key}", "value": value if _scalar(value) else json.dumps(value)})

@@ -27,7 +27,7 @@ from prefect.states import Cancelled
 from prefect import get_run_logger, task
 
 from ..config import ParallelRunConfig
-from ..driver import Cancel
+from ..control import Cancel
 from ..errors import ParallelStepsError, StepFailed
 from ..step import run_step
 from .artifacts import Progress, publish_summary

@@ -1,8 +1,10 @@
 """The log layout of a run directory, the one ParallelRunStep users know (DESIGN.md section 4).
 
-Workers write their own files (stdout, stderr, entry script log, errors, one line
-per mini-batch); the driver writes the job-level files here. Nothing is fsynced:
-logs are for people, the ledger is for recovery.
+The one owner of every log path and of every line another module reads back:
+workers write their own files (stdout, stderr, entry script log, error sections,
+one journal line per mini-batch) with the functions here; the driver writes the
+job-level files; `parallel-steps logs` reads them back with the same formats.
+Nothing is fsynced: logs are for people, the ledger is for recovery.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
@@ -33,6 +37,9 @@ PROCESSED_COLUMNS = [
     "error",
     "start_time",
 ]
+_HANG_DUMP = "stacks of every thread:"  # ends the header of a section a faulthandler dump follows
+_SECTION = "--- "  # starts every section of a worker's error log
+_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -48,39 +55,56 @@ class WorkerLogPaths:
 
 
 class RunLogs:
-    """The `logs/` folder of one run."""
+    """The `logs/` folder of one run: where everything is, and the driver's writers."""
 
-    def __init__(self, run_dir: Path):
-        self.root = Path(run_dir) / "logs"
+    def __init__(self, run_dir: Path, create: bool = True):
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "logs"
         self.master_role = self.root / "sys" / "master_role.txt"
         self.progress_overview = self.root / "job_progress_overview.txt"
         self.job_result = self.root / "job_result.txt"
         self.processed = self.root / "sys" / "job_report" / "processed_mini-batches.csv"
         self.events = self.root / "sys" / "events.jsonl"
         self.error_summary = self.root / "user" / "error.txt"
-        for folder in (self.master_role.parent, self.processed.parent, self.error_summary.parent):
-            folder.mkdir(parents=True, exist_ok=True)
-        self._processed_file = None
-        self._processed_writer = None
-        self._events_file = None
+        self.error_dir = self.root / "user" / "error"  # <node>/processNNN.txt: tracebacks and stack dumps
+        if create:
+            for folder in (self.master_role.parent, self.processed.parent, self.error_summary.parent):
+                folder.mkdir(parents=True, exist_ok=True)
+        self._processed_file: Any = None
+        self._processed_writer: Any = None
+        self._events_file: Any = None
         self._master_handler: logging.Handler | None = None
 
-    def worker(self, node_id: str, process_name: str) -> WorkerLogPaths:
+    def worker(self, node_id: str, process_name: str, create: bool = True) -> WorkerLogPaths:
         user, sys = self.root / "user", self.root / "sys" / "node" / node_id
         paths = WorkerLogPaths(
             stdout=user / "stdout" / node_id / f"{process_name}.stdout.txt",
             stderr=user / "stderr" / node_id / f"{process_name}.stderr.txt",
             entry_script_log=user / "entry_script_log" / node_id / f"{process_name}.log.txt",
-            error=user / "error" / node_id / f"{process_name}.txt",
+            error=self.error_dir / node_id / f"{process_name}.txt",
             mini_batches=sys / f"{process_name}.txt",
             profile=sys / f"{process_name}.profile",
         )
-        for path in (paths.stdout, paths.stderr, paths.entry_script_log, paths.error, paths.mini_batches):
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            for path in (paths.stdout, paths.stderr, paths.entry_script_log, paths.error, paths.mini_batches):
+                path.parent.mkdir(parents=True, exist_ok=True)
         return paths
+
+    def relative(self, path: Path) -> str:
+        """A path as shown to people: relative to the run directory (`logs/user/error/...`)."""
+        return str(path.relative_to(self.run_dir))
 
     def perf_dir(self, node_id: str) -> Path:
         return self.root / "perf" / node_id
+
+    def where_to_look(self) -> list[str]:
+        """The files to open after a failure, for job_result.txt."""
+        errors = self.error_dir / "<node>" / "processNNN.txt"
+        return [
+            f"  {self.error_summary}             distinct script errors, with counts",
+            f"  {errors}   full tracebacks and hang stack dumps",
+            f"  {self.master_role}         the driver's view: retries, failures",
+        ]
 
     # The driver's files ---------------------------------------------------------------
 
@@ -103,7 +127,7 @@ class RunLogs:
                 self._processed_writer.writerow(PROCESSED_COLUMNS)
         self._processed_writer.writerow(row)
 
-    def record_event(self, event: dict) -> None:
+    def record_event(self, event: dict[str, Any]) -> None:
         """One line of events.jsonl: a job event (worker started or replaced, failures, restarts, the end)."""
         if self._events_file is None:
             self._events_file = open(self.events, "a", encoding="utf-8")
@@ -124,41 +148,82 @@ class RunLogs:
         _write_atomic(self.error_summary, text)
 
     def close(self, logger: logging.Logger | None = None) -> None:
-        if self._processed_file:
-            self._processed_file.close()
-            self._processed_file = self._processed_writer = None
-        if self._events_file:
-            self._events_file.close()
-            self._events_file = None
+        for file in (self._processed_file, self._events_file):
+            if file:
+                file.close()
+        self._processed_file = self._processed_writer = self._events_file = None
         if logger and self._master_handler:
             logger.removeHandler(self._master_handler)
             self._master_handler.close()
 
+    # Reading back -------------------------------------------------------------------------
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    def follow(self, stderr: bool, follow: bool, ended: Callable[[], bool]) -> Iterator[str]:
+        """The driver's log, or every worker's stderr; with `follow`, new lines until `ended()`."""
+        files = sorted(self.root.glob("user/stderr/*/*.stderr.txt")) if stderr else [self.master_role]
+        offsets = dict.fromkeys(files, 0)
+        while True:
+            done = ended() if follow else True
+            for path in offsets:
+                text, offsets[path] = _read_from(path, offsets[path])
+                if text:
+                    yield (f"==> {path.parent.name}/{path.name} <==\n" if len(files) > 1 else "") + text
+            if done:
+                return
+            time.sleep(_POLL_S)
+
+    def mini_batch_story(self, index: int, workers: Iterable[str], stderr: bool) -> Iterator[str]:
+        """Journal lines and error sections about mini-batch `index` on the workers that ran it."""
+        tags = re.compile(rf"mini_batch={index} |{re.escape(mini_batch_tag(index))}\b")
+        for worker in sorted(workers):
+            node, process = worker.split("/")
+            paths = self.worker(node, process, create=False)
+            for path, lines in (
+                (paths.mini_batches, _lines(paths.mini_batches)),
+                (paths.error, _sections(paths.error)),
+            ):
+                found = [line for line in lines if tags.search(line.split("\n", 1)[0])]
+                if found:
+                    yield f"==> {self.relative(path)} <==\n" + "".join(found)
+            if stderr and paths.stderr.exists():
+                yield f"==> {node}/{paths.stderr.name} <==\n{paths.stderr.read_text(errors='replace')}"
 
 
-def timestamp(when: float | None = None) -> str:
-    return _timestamp_of_second(int(when if when is not None else time.time()))
+# What workers write, and what is read back ----------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4)
-def _timestamp_of_second(second: int) -> str:
-    """Formatting a time costs more than the rest of a mini-batch's log row; a second has one text."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+def mini_batch_tag(index: int) -> str:
+    """How error sections and loss messages name a mini-batch (the story of one mini-batch finds them by it)."""
+    return f"on mini-batch {index}"
 
 
-def _tail(path: Path, size: int) -> str:
-    """The last `size` bytes of a file as text; empty when it cannot be read."""
+def journal_line(
+    index: int, attempt: int, items: Any, succeeded: Any, failed: Any, ok: bool, started: float, duration: float
+) -> str:
+    """One line of a worker's journal (`logs/sys/node/<node>/processNNN.txt`)."""
+    return (
+        f"{timestamp(started)} pid={os.getpid()} mini_batch={index} attempt={attempt} items={items}"
+        f" succeeded={succeeded} failed={failed} {'ok' if ok else 'error'} duration={duration:.3f}s\n"
+    )
+
+
+def error_section(title: str) -> str:
+    """The header of one section of a worker's error log."""
+    return f"{_SECTION}{timestamp()} {title}\n"
+
+
+def note_error(paths: WorkerLogPaths, text: str) -> None:
+    """Append a section header to a worker's error log (the pool's notes: hangs, kills)."""
     try:
-        with open(path, "rb") as file:
-            file.seek(max(0, file.seek(0, 2) - size))
-            return file.read().decode("utf-8", "replace")
+        with open(paths.error, "a", encoding="utf-8") as log:
+            log.write(error_section(text))
     except OSError:
-        return ""
+        pass
+
+
+def note_hang(paths: WorkerLogPaths, detail: str) -> None:
+    """The header of a stack dump that follows (the worker's faulthandler writes it)."""
+    note_error(paths, f"{detail}; {_HANG_DUMP}")
 
 
 def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:
@@ -170,8 +235,9 @@ def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:
 def hang_summary(error_log: Path) -> str:
     """Where a hung worker was, from the faulthandler dump at the end of its error log: the frame of
     the entry script in the thread that ran it, and the innermost one, e.g.
-    `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`."""
-    dump = _tail(error_log, 65536).rsplit("stacks of every thread:", 1)[-1]
+    `; hung at score.py line 12 in run (innermost: threading.py line 327 in wait)`. The entry
+    script's frame is the one the worker runtime's `_call` called."""
+    dump = _tail(error_log, 65536).rsplit(_HANG_DUMP, 1)[-1]
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
         frames = [
             (os.path.basename(p), line, name)
@@ -185,3 +251,52 @@ def hang_summary(error_log: Path) -> str:
                 where += " (innermost: {} line {} in {})".format(*innermost)
             return f"; hung at {where}"
     return ""
+
+
+def timestamp(when: float | None = None) -> str:
+    return _timestamp_of_second(int(when if when is not None else time.time()))
+
+
+@functools.lru_cache(maxsize=4)
+def _timestamp_of_second(second: int) -> str:
+    """Formatting a time costs more than the rest of a mini-batch's log row; a second has one text."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _tail(path: Path, size: int) -> str:
+    """The last `size` bytes of a file as text; empty when it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, file.seek(0, 2) - size))
+            return file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _read_from(path: Path, offset: int) -> tuple[str, int]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            file.seek(offset)
+            return file.read(), file.tell()
+    except OSError:
+        return "", offset
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines(keepends=True)
+    except OSError:
+        return []
+
+
+def _sections(path: Path) -> list[str]:
+    try:
+        return [s for s in re.split(rf"(?m)^(?={_SECTION})", path.read_text(errors="replace")) if s]
+    except OSError:
+        return []

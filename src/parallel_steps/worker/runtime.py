@@ -22,7 +22,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,60 +29,13 @@ from ..inputs.fingerprints import files_fingerprint
 from ..inputs.loaders import load
 from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import copy_once, is_url
-from ..store.logs import WorkerLogPaths, timestamp
-from ..store.output import Part, Spool, count_rows
+from ..protocol import Outcome, WorkerSpec
+from ..store.logs import error_section, journal_line, mini_batch_tag
+from ..store.output import Spool, count_rows
 from . import entry_script
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 SIDE_INPUTS_DIR = Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
-
-
-@dataclass
-class WorkerSpec:
-    """Everything a worker needs, sent once when it starts."""
-
-    node_id: str
-    process_name: str
-    logs: WorkerLogPaths
-    parts_dir: str
-    output_dir: str
-    output_format: str
-    append_row: bool
-    entry_script: str | None = None
-    entry_callables: bytes | None = None  # cloudpickled {"init": f, "run": g, "shutdown": h}
-    source_directory: str | None = None
-    arguments: list[str] = field(default_factory=list)
-    side_inputs: dict[str, str] = field(default_factory=dict)
-    logging_level: str = "INFO"
-    profile: bool = False
-    fingerprint_mode: str = "stat"
-
-
-@dataclass
-class Outcome:
-    """The result of one attempt, as the driver records it."""
-
-    ok: bool
-    items: int | None
-    returned: int = 0
-    part: Part | None = None
-    error: str | None = None
-    started: float = 0.0
-    duration: float = 0.0
-    fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
-
-    def __reduce__(self):
-        # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
-        return Outcome, (
-            self.ok,
-            self.items,
-            self.returned,
-            self.part,
-            self.error,
-            self.started,
-            self.duration,
-            self.fingerprint,
-        )
 
 
 class WorkerRuntime:
@@ -158,7 +110,7 @@ class WorkerRuntime:
             outcome = Outcome(
                 ok=False,
                 items=items,
-                error=self._log_error(f"run() on mini-batch {mini_batch.index} attempt {attempt}", exc),
+                error=self._log_error(f"run() {mini_batch_tag(mini_batch.index)} attempt {attempt}", exc),
             )
         outcome.started, outcome.duration = started, time.time() - started
         self._journal_line(mini_batch, attempt, outcome)
@@ -233,7 +185,7 @@ class WorkerRuntime:
     def _log_error(self, where: str, exc: BaseException) -> str:
         """Write the full traceback to this worker's error file; return it for the driver."""
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self._error_file.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {where} failed (pid {os.getpid()})\n{text}\n")
+        self._error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
         self._error_file.flush()
         return text
 
@@ -242,9 +194,9 @@ class WorkerRuntime:
         succeeded = min(outcome.returned, outcome.items or outcome.returned) if outcome.ok else 0
         failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
         self._journal.write(
-            f"{timestamp(outcome.started)} pid={os.getpid()}"
-            f" mini_batch={mini_batch.index} attempt={attempt} items={items} succeeded={succeeded} failed={failed}"
-            f" {'ok' if outcome.ok else 'error'} duration={outcome.duration:.3f}s\n"
+            journal_line(
+                mini_batch.index, attempt, items, succeeded, failed, outcome.ok, outcome.started, outcome.duration
+            )
         )
 
 

@@ -1,0 +1,50 @@
+"""The `parallel-steps` command line: a thin adapter over the step API.
+
+    run.py     run, plan              jobs.py   status, wait, cancel, logs, runs, clean
+    node.py    node (every node of a multi-node job)     common.py  what they share
+
+Exit status: 0 the run succeeded (or was reused), 1 it failed or was canceled,
+2 invalid configuration or usage (one line naming the field or file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ParallelStepsError, first_line
+from . import jobs, run
+from .common import split_script_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["node"]:  # its own parser: --help and options before STEP.yaml must reach it
+        from .node import main as node_main
+
+        return node_main(argv[1:])
+    argv, script_args = split_script_args(argv)
+    args = _parser().parse_args(argv)
+    args.script_args = script_args
+    try:
+        return args.command(args)
+    except ParallelStepsError as exc:
+        print(f"parallel-steps: {first_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("parallel-steps: interrupted", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parallel-steps", description="Run a ParallelRunStep-style parallel batch step."
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    run.add_commands(commands)
+    jobs.add_commands(commands)
+    # Listed for the help only: main() hands `node ...` to cli/node.py, which has its own options.
+    commands.add_parser(
+        "node", add_help=False, help="run on every node of a multi-node job (Ray); see `parallel-steps node --help`"
+    )
+    return parser

@@ -1,0 +1,107 @@
+"""`parallel-steps run` and `parallel-steps plan`: a step from a file and options, run or only planned."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+from ..errors import ConfigError, StepFailed
+from ..inputs.planner import Planner
+from .common import Progress, add_step_options, cancel_on_signals, config_from_args, print_summary
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run a step",
+        description="Run a step: STEP.yaml and/or options. Arguments after -- go to the entry script.",
+    )
+    add_step_options(run, every_field=True)
+    run.add_argument("--run-dir", help="run directory (a rerun in the same directory resumes it)")
+    run.add_argument("--detach", action="store_true", help="run in the background; print the run id and directory")
+    run.add_argument("--json", action="store_true", help="print the run summary as one JSON object on stdout")
+    run.set_defaults(command=_run)
+
+    plan = commands.add_parser("plan", help="show how the inputs split into mini-batches")
+    add_step_options(plan, every_field=False)
+    plan.add_argument("--show", type=int, default=5, metavar="N", help="mini-batches to list (default 5)")
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    plan.set_defaults(command=_plan)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..step import run_step
+
+    config = config_from_args(args, args.script_args)
+    if args.detach:
+        from ..jobs import submit
+
+        handle = submit(config, run_dir=args.run_dir)
+        summary = handle.summary()
+        print(json.dumps(summary) if args.json else f"{summary['run_id']} {handle.run_dir}")
+        return 0
+    cancel = cancel_on_signals()
+    progress = Progress()
+    try:
+        summary = run_step(config, run_dir=args.run_dir, on_progress=progress.update, cancel=cancel)
+        code = 0
+    except StepFailed as failed:
+        summary, code = failed.summary, 1
+    finally:
+        progress.close()
+    print_summary(summary, args.json)
+    return code
+
+
+def _plan(args: argparse.Namespace) -> int:
+    config = config_from_args(args, None)
+    if not config.inputs:
+        raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
+    planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
+    items, sizes, first = [], [], []
+    for mini_batch in planner.mini_batches():
+        items.append(mini_batch.items)
+        sizes.append(mini_batch.nbytes)
+        if len(first) < args.show:
+            first.append(
+                dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=mini_batch.describe())
+            )
+    known = [n for n in items if n is not None]
+    plan = dict(
+        mini_batches=len(items),
+        items=sum(known) if len(known) == len(items) else None,
+        bytes=sum(sizes),
+        unit="files" if not config.is_tabular else "rows",
+        batch_size=config.batch_size,
+        items_per_batch=_spread(known) if len(known) == len(items) else None,
+        bytes_per_batch=_spread(sizes),
+        first=first,
+        notes=planner.notes,
+    )
+    if args.json:
+        print(json.dumps(plan))
+        return 0
+    per = plan["items_per_batch"]
+    print(
+        f"{plan['mini_batches']} mini-batches, {plan['items'] if plan['items'] is not None else 'unknown'} "
+        f"{plan['unit']}, {plan['bytes']} bytes"
+    )
+    if per:
+        print(f"{plan['unit']} per mini-batch: min {per['min']}, median {per['median']}, max {per['max']}")
+    spread = plan["bytes_per_batch"]
+    print(f"bytes per mini-batch: min {spread['min']}, median {spread['median']}, max {spread['max']}")
+    for batch in first:
+        print(
+            f"  #{batch['id']}: {batch['items'] if batch['items'] is not None else '?'} {plan['unit']}, "
+            f"{batch['bytes']} bytes  {batch['source']}"
+        )
+    for note in plan["notes"]:
+        print(f"note: {note}")
+    return 0
+
+
+def _spread(values: list[int]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return dict(min=min(values), median=statistics.median(values), max=max(values))

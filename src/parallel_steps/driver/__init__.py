@@ -1,0 +1,22 @@
+"""The driver (the main role) and its collaborators.
+
+dispatch.py  Driver: hands mini-batches to workers, records outcomes, commits
+faults.py    which failed attempts are retried; errors grouped by signature
+health.py    thresholds, the init() policy, no-progress timeouts
+progress.py  progress snapshots and job events to files and callbacks
+"""
+
+from .dispatch import CANCEL_GRACE_S, Driver
+from .faults import error_line
+from .health import threshold_breach
+from .progress import EventCallback, ProgressCallback, Reporter
+
+__all__ = [
+    "CANCEL_GRACE_S",
+    "Driver",
+    "EventCallback",
+    "ProgressCallback",
+    "Reporter",
+    "error_line",
+    "threshold_breach",
+]

@@ -1,0 +1,387 @@
+"""The driver (the main role): hands out mini-batches, turns pool events into outcomes, commits results.
+
+It takes pending mini-batches in plan order (as the plan streams in, or from the
+ledger on a resume), keeps each ready worker's short queue filled, and records
+every attempt in the ledger, the attempt log and the counters. What it decides
+is delegated: retries and error groups to `faults`, when the job must stop to
+`health`, progress and events to `progress`. It knows neither processes nor Ray:
+everything it does to workers goes through a `WorkerPool`.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ParallelRunConfig
+from ..control import Cancel, JobCanceled, JobStopped
+from ..inputs.minibatch import MiniBatch
+from ..pool.base import WorkerPool
+from ..protocol import (
+    Event,
+    Finished,
+    HangTimeoutChanged,
+    InitFailed,
+    ItemsLoaded,
+    LossReason,
+    Lost,
+    Outcome,
+    Ready,
+    WorkerInfo,
+)
+from ..store.ledger import Ledger
+from ..store.logs import timestamp
+from ..store.runs import cancel_requested
+from ..summary import RESUMED_COUNTS, Counters, RunSummary, snapshot
+from .faults import ErrorGroups, RetryPolicy, error_line
+from .health import JobHealth
+from .progress import Reporter
+
+_TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
+_COMMIT_EVERY_S = 0.1  # a killed driver loses the results of the last moment; they run again on resume
+CANCEL_GRACE_S = 10.0  # how long mini-batches in flight may finish after a cancel before workers are killed
+
+
+@dataclass(eq=False)  # queues find and remove attempts by identity, not by comparing every field
+class _Attempt:
+    mini_batch: MiniBatch
+    attempt: int
+    started: float
+    items: int | None
+
+
+class Driver:
+    """Runs the pending mini-batches of one run to an outcome."""
+
+    def __init__(
+        self,
+        config: ParallelRunConfig,
+        ledger: Ledger,
+        pool: WorkerPool,
+        pending: Iterator[MiniBatch],
+        counters: Counters,
+        report: Reporter,
+        cancel: threading.Event | None = None,
+        run_dir: Path | None = None,
+    ):
+        self.config, self.ledger, self.pool, self.counters, self.report = config, ledger, pool, counters, report
+        self.logs, self.log = report.logs, report.log
+        self.cancel = cancel or threading.Event()
+        self.run_dir = run_dir
+        self.policy = RetryPolicy(
+            config.fault_tolerant_policy, config.run_max_try, config.retryable_errors, config.retryable_exit_codes
+        )
+        self.errors = ErrorGroups(config.max_same_error, report.logs)
+        settings = pool.settings
+        self.health = JobHealth(config, counters, self.errors, settings.node_count, settings.process_count_per_node)
+        self._pending = pending  # in plan order, each already in the ledger
+        self._lookahead: MiniBatch | None = None
+        self._pending_done = False
+        self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
+        self._ready: dict[str, WorkerInfo] = {}
+        self._queued: dict[str, collections.deque[_Attempt]] = {}  # per ready worker, in run order
+        # A moving average of log(duration): a worker descheduled for a few ms in one mini-batch barely moves it.
+        self._log_duration: float | None = None
+        self._started = time.monotonic()
+        self._next_cancel_check = 0.0
+        self._requested: str | None = None  # the reason of a cancel request file
+        self._drain_until: float | None = None  # set by a cancel: in-flight mini-batches may finish until then
+        self._dirty = False
+        self._last_commit = 0.0
+
+    # The loop ---------------------------------------------------------------------------
+
+    def run(self) -> tuple[str, str]:
+        """Run until every mini-batch has an outcome; returns (status, status_reason)."""
+        self.report.emit(
+            "job_started", mini_batches=None if self.counters.planning else self.counters.mini_batches_total
+        )
+        try:
+            self.health.check_thresholds()  # items that failed in reused mini-batches count too
+            self.health.workers_starting()
+            while self._has_work():
+                self._check_canceled()
+                if self._drain_until is None:
+                    self._dispatch()
+                for event in self.pool.next_events(_COMMIT_EVERY_S if self._dirty else _TICK_S):
+                    self._handle(event)
+                self._commit(force=False)
+                self.health.check()
+                if self.report.due():
+                    self.report.progress(self.progress())
+            status, reason = self._final_status()
+        except JobStopped as stop:
+            status, reason = stop.status, str(stop)
+            self.report.emit("threshold_exceeded" if status == "Failed" else "job_canceled", reason=reason)
+        self._commit()
+        self.report.progress(self.progress())
+        self.report.emit("job_finished", status=status, reason=reason)
+        return status, reason
+
+    def _check_canceled(self) -> None:
+        """The cancel flag (signals, on_kill, Prefect), or a cancel request file (`parallel-steps cancel`):
+        no new mini-batch starts; the ones in flight get CANCEL_GRACE_S (none after a second cancel)."""
+        reason = self._cancel_reason()
+        if reason is None:
+            return
+        now = time.monotonic()
+        if self._drain_until is None:
+            self._drain_until = now + CANCEL_GRACE_S
+            self.log.warning("%s; mini-batches in flight may finish within %g s", reason, CANCEL_GRACE_S)
+        in_flight = any(self._queued.values())
+        if not in_flight or now >= self._drain_until or getattr(self.cancel, "urgent", False):
+            raise JobCanceled(reason)
+
+    def _cancel_reason(self) -> str | None:
+        if self.cancel.is_set():
+            return getattr(self.cancel, "reason", Cancel.reason)
+        now = time.monotonic()
+        if self._requested is None and self.run_dir is not None and now >= self._next_cancel_check:
+            self._next_cancel_check = now + _TICK_S
+            self._requested = cancel_requested(self.run_dir)
+        return self._requested
+
+    def _has_work(self) -> bool:
+        if self._retry or any(self._queued.values()):
+            return True
+        return self._peek_pending()
+
+    def _peek_pending(self) -> bool:
+        if self._lookahead is None and not self._pending_done:
+            self._lookahead = next(self._pending, None)
+            self._pending_done = self._lookahead is None
+            if self._pending_done:
+                self.health.check_thresholds()  # the plan is complete: allowed_failed_percent can be judged
+        return self._lookahead is not None
+
+    def _next_mini_batch(self) -> tuple[MiniBatch, int] | None:
+        if self._retry:
+            return self._retry.popleft()
+        if self._peek_pending():
+            mini_batch, self._lookahead = self._lookahead, None
+            return mini_batch, 1
+        return None
+
+    def _queue_depth(self) -> int:
+        """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
+        the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
+        runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
+        if self._log_duration is None:
+            return 2
+        typical = math.exp(self._log_duration)
+        if typical >= 0.05:
+            return 1
+        return max(2, min(1024, int(0.05 / typical) + 1))
+
+    def _dispatch(self) -> None:
+        depth = self._queue_depth()
+        lowest = min(map(len, self._queued.values()), default=depth)
+        for level in range(lowest, depth):  # breadth first: every worker gets one before any gets two
+            for worker_id, queued in self._queued.items():
+                if len(queued) > level:
+                    continue
+                work = self._next_mini_batch()
+                if work is None:
+                    return
+                mini_batch, attempt = work
+                queued.append(_Attempt(mini_batch, attempt, time.time(), mini_batch.items))
+                self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.config.run_invocation_timeout)
+                self.health.dispatched()
+
+    # Events -----------------------------------------------------------------------------------
+
+    def _handle(self, event: Event) -> None:
+        worker = event.worker
+        if isinstance(event, Ready):
+            self.health.worker_ready(worker)
+            self._ready[worker.id] = worker
+            self._queued[worker.id] = collections.deque()
+            self.report.emit("worker_started", worker=worker.id, pid=worker.pid, gpu=worker.gpu)
+            gpu = f", CUDA_VISIBLE_DEVICES={worker.gpu}" if worker.gpu is not None else ""
+            self.log.info("%s ready (pid %s%s)", worker.id, worker.pid, gpu)
+        elif isinstance(event, Finished):
+            self._finished(event)
+        elif isinstance(event, Lost):
+            self._lost(event)
+        elif isinstance(event, InitFailed):
+            self._init_failed(event)
+        elif isinstance(event, ItemsLoaded):
+            for attempt in self._queued.get(worker.id, ()):
+                if attempt.mini_batch.index == event.mini_batch:
+                    attempt.items = event.items
+        elif isinstance(event, HangTimeoutChanged):
+            limit = "no limit" if event.seconds is None else f"{event.seconds:g} s"
+            self.log.info("%s set the run() timeout of its current mini-batch to %s", worker.id, limit)
+            self.health.exempt(worker, event.seconds)
+
+    def _finished(self, event: Finished) -> None:
+        self.health.attempt_ended(event.worker)
+        queued = self._queued[event.worker.id]
+        current = next(a for a in queued if a.mini_batch.index == event.mini_batch)
+        queued.remove(current)
+        outcome = event.outcome
+        items = outcome.items if outcome.items is not None else current.items
+        current.started = outcome.started
+        sample = math.log(max(outcome.duration, 1e-6))
+        self._log_duration = sample if self._log_duration is None else 0.9 * self._log_duration + 0.1 * sample
+        if outcome.ok:
+            self._succeeded(event.worker, current, items, outcome)
+        else:
+            self._attempt_failed(event.worker, current, items, "failed", outcome.error, None, outcome.duration)
+
+    def _lost(self, event: Lost) -> None:
+        worker = event.worker
+        self.health.worker_lost(worker)
+        queued = self._queued.pop(worker.id, collections.deque())
+        self._ready.pop(worker.id, None)
+        current = next((a for a in queued if a.mini_batch.index == event.mini_batch), None)
+        if current is not None:
+            queued.remove(current)
+        for unstarted in reversed(queued):  # not started, or finished but unreported: again, no attempt counted
+            self._retry.appendleft((unstarted.mini_batch, unstarted.attempt))
+        self._replace(worker, event.reason, event.detail)
+        self.log.warning("%s lost (%s): %s; starting a replacement", worker.id, event.reason, event.detail)
+        if current is not None:
+            duration = time.time() - current.started
+            self._attempt_failed(
+                worker, current, current.items, event.reason, event.detail, event.exit_code, duration, event.reason
+            )
+
+    def _init_failed(self, event: InitFailed) -> None:
+        worker = event.worker
+        self.log.error("%s init() failed: %s", worker.id, error_line(event.error))
+        was_stopped = self.health.node_stopped(worker.node_index)
+        if self.health.init_failed(worker, event.error):
+            self._replace(worker, "init_failed", error_line(event.error))
+        elif not was_stopped:
+            self.log.error(
+                "node %s: init() failed %d times; no more workers start there",
+                worker.node_id,
+                3 * self.pool.settings.process_count_per_node,
+            )
+
+    def _replace(self, worker: WorkerInfo, reason: str, detail: str) -> None:
+        self.health.worker_replaced(worker)
+        self.pool.replace(worker)
+        self.report.emit("worker_replaced", worker=worker.id, reason=reason, detail=detail)
+
+    # Outcomes -----------------------------------------------------------------------------------
+
+    def _succeeded(self, worker: WorkerInfo, current: _Attempt, items: int | None, outcome: Outcome) -> None:
+        mb, returned = current.mini_batch, outcome.returned
+        items = items if items is not None else returned
+        failed = max(0, items - returned)
+        self.counters.add_succeeded(items, failed)
+        self.health.completed()
+        self.ledger.succeed(
+            mb.index,
+            current.attempt,
+            outcome.part,
+            returned,
+            failed,
+            items,
+            worker.id,
+            outcome.duration,
+            outcome.fingerprint,
+        )
+        self._record(worker, current, items, items - failed, failed, "succeeded", outcome.duration)
+        if failed:
+            self.log.warning(
+                "mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed
+            )
+            self.health.check_thresholds()
+
+    def _attempt_failed(
+        self,
+        worker: WorkerInfo,
+        current: _Attempt,
+        items: int | None,
+        outcome: str,
+        error: str | None,
+        exit_code: int | None,
+        duration: float,
+        loss: LossReason | None = None,
+    ) -> None:
+        mb, error = current.mini_batch, error or "unknown error"
+        line = error_line(error)
+        self.ledger.record_attempt(
+            mb.index, current.attempt, worker.id, worker.pid, current.started, outcome, line, exit_code
+        )
+        self._record(worker, current, items, 0, items, outcome, duration, line)
+        self.errors.add(error, mb.index, worker)
+        if self.policy.should_retry(current.attempt, error, exit_code, loss):
+            self.counters.attempts_retried += 1
+            self._retry.append((mb, current.attempt + 1))
+            self.log.warning(
+                "mini-batch %d attempt %d %s on %s: %s; retrying",
+                mb.index,
+                current.attempt,
+                outcome.replace("_", " "),
+                worker.id,
+                line,
+            )
+            return
+        self.counters.add_failed(items or 0)
+        self.health.completed()
+        self.ledger.fail(mb.index, current.attempt, line, exit_code, items, worker.id, duration)
+        self.log.error("mini-batch %d failed after %d attempt(s) (%s): %s", mb.index, current.attempt, outcome, line)
+        self.report.emit("mini_batch_failed", mini_batch=mb.index, attempts=current.attempt, error=line)
+        self.health.check_thresholds()
+
+    def _record(
+        self,
+        worker: WorkerInfo,
+        current: _Attempt,
+        items: int | None,
+        succeeded: int | None,
+        failed: int | None,
+        outcome: str,
+        duration: float,
+        error: str = "",
+    ) -> None:
+        row = [
+            current.mini_batch.index,
+            current.attempt,
+            worker.node_id,
+            worker.process_name,
+            worker.pid,
+            items,
+            succeeded,
+            failed,
+            outcome,
+            timestamp(current.started),
+            f"{duration:.3f}",
+            error,
+            f"{current.started:.3f}",
+        ]
+        self.logs.record_attempt(row)
+        self._dirty = True
+
+    def _commit(self, force: bool = True) -> None:
+        now = time.monotonic()
+        if self._dirty and (force or now - self._last_commit >= _COMMIT_EVERY_S):
+            self.ledger.set(**{name: getattr(self.counters, name) for name in RESUMED_COUNTS})
+            self.ledger.commit()
+            self.logs.flush()
+            self._dirty = False
+            self._last_commit = now
+
+    # The end ------------------------------------------------------------------------------------
+
+    def _final_status(self) -> tuple[str, str]:
+        counters = self.counters
+        if counters.mini_batches_failed or counters.items_failed:
+            return "Succeeded", (
+                f"{counters.items_failed} items in {counters.mini_batches_failed} failed mini-batches "
+                f"were within the thresholds. {self.errors.first()}"
+            ).strip()
+        return "Succeeded", "every mini-batch succeeded"
+
+    def progress(self) -> RunSummary:
+        busy = sum(1 for queued in self._queued.values() if queued)
+        return snapshot(self.counters, time.monotonic() - self._started, busy, len(self._queued) - busy)

@@ -1,0 +1,59 @@
+"""The marker of a local worker: which mini-batch it runs now and since when, in a small shared file.
+
+The worker writes it as it starts and ends each mini-batch; the pool reads it to count
+a deadline from the real start and to blame a crash on the right mini-batch. One writer,
+one reader; a generation number, odd while the worker writes, lets the reader retry a
+torn read (a seqlock).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+
+_IDLE = -1
+_READ_TRIES = 1000  # a live writer holds the generation odd for a few instructions
+
+
+class Marker:
+    """(mini-batch index, -1 for none; since when, `time.monotonic()`, one clock for every process on Linux)."""
+
+    _FIELDS = struct.Struct("qqd")
+
+    def __init__(self, path: str):
+        self.path = path
+        with open(path, "r+b") as file:
+            self._map = mmap.mmap(file.fileno(), self._FIELDS.size)
+        self._generation = self._FIELDS.unpack_from(self._map)[0]
+
+    @classmethod
+    def create(cls) -> Marker:
+        fd, path = tempfile.mkstemp(prefix="parallel-steps-worker-", suffix=".marker")
+        os.write(fd, cls._FIELDS.pack(0, _IDLE, 0.0))
+        os.close(fd)
+        return cls(path)
+
+    def set(self, index: int, since: float = 0.0) -> None:
+        struct.pack_into("q", self._map, 0, self._generation + 1)
+        struct.pack_into("qd", self._map, 8, index, since)
+        self._generation += 2
+        struct.pack_into("q", self._map, 0, self._generation)
+
+    def clear(self) -> None:
+        self.set(_IDLE)
+
+    def get(self) -> tuple[int, float]:
+        """A consistent reading. Bounded: a writer that died in the middle of `set` leaves the
+        generation odd for good, and then the last reading stands (each field is one aligned
+        word, so it is either the old or the new value, never a mix)."""
+        for _ in range(_READ_TRIES):
+            generation, index, since = self._FIELDS.unpack_from(self._map)
+            if generation % 2 == 0 and struct.unpack_from("q", self._map)[0] == generation:
+                return index, since
+        return index, since
+
+    def remove(self) -> None:
+        self._map.close()
+        os.unlink(self.path)

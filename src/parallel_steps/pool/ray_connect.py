@@ -1,0 +1,78 @@
+"""Connecting the driver to Ray: the cluster it is already connected to, `ray_address`, RAY_ADDRESS,
+or a local Ray started for the run (and stopped after it)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import time
+
+import ray
+
+from ..errors import ConfigError
+
+_CONNECT_S = 10.0  # how long a cluster address may refuse connections before the run gives up
+_PROBE_S = 1.0
+
+
+class RayConnection:
+    """`open()` connects (or finds the connection this process has); `close()` undoes what open did."""
+
+    def __init__(self, address: str | None, gpus: int):
+        self.address = address or os.environ.get("RAY_ADDRESS")
+        self.gpus = gpus
+        self.owned = False  # this run connected (or started Ray), so it disconnects
+        self.started_local = False  # no address: a local Ray only this run uses
+        self._saved_auth_mode: str | None = None
+
+    def open(self) -> None:
+        if ray.is_initialized():
+            return
+        quiet = dict(logging_level=logging.WARNING, log_to_driver=False)
+        self._saved_auth_mode = os.environ.get("RAY_AUTH_MODE")
+        if self.address:
+            _check_reachable(self.address)
+            try:
+                ray.init(address=self.address, **quiet)
+            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, its own errors
+                lines = [line for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+                raise ConfigError(
+                    "ray_address",
+                    f"cannot connect to the Ray cluster at {self.address}: {lines[-1]}",
+                    "check the address; a token-protected cluster also needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN",
+                ) from None
+        else:
+            # "local" never attaches to a cluster someone else started on this machine.
+            ray.init(address="local", num_gpus=self.gpus, include_dashboard=False, **quiet)
+        self.owned = True
+        self.started_local = not self.address
+
+    def close(self) -> None:
+        if self.owned:
+            ray.shutdown()
+            if self._saved_auth_mode is None:
+                os.environ.pop("RAY_AUTH_MODE", None)
+            else:
+                os.environ["RAY_AUTH_MODE"] = self._saved_auth_mode
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a `host:port` nothing listens on: Ray itself keeps retrying for minutes."""
+    match = re.fullmatch(r"([\w.\-]+):(\d+)", address)
+    if not match:
+        return  # "auto", "ray://...": left to Ray
+    deadline = time.monotonic() + _CONNECT_S
+    while True:
+        try:
+            socket.create_connection((match.group(1), int(match.group(2))), timeout=_PROBE_S).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise ConfigError(
+                    "ray_address",
+                    f"nothing accepts connections at {address} ({exc.strerror or exc})",
+                    "start the cluster, or check the address and RAY_ADDRESS",
+                ) from None
+            time.sleep(_PROBE_S)

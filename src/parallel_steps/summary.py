@@ -1,0 +1,148 @@
+"""The run summary: one shape for `run.json`, the value `run_step` returns, progress snapshots,
+`--json`, `status`, Airflow's XCom and Prefect's task result.
+
+A summary is a plain JSON-able dict (engines store it as is); `RunSummary` names its
+keys for readers and type checkers. `Counters` are what the step and the driver count
+while a run goes; `summarize` and `snapshot` turn them into summaries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from .store.logs import timestamp
+
+TERMINAL = ("Succeeded", "Failed", "Canceled")
+#: Counts of work done that a run keeps in its ledger, so a restart or a resume goes on counting.
+RESUMED_COUNTS = ("workers_started", "attempts_retried")
+
+
+class RunSummary(TypedDict, total=False):
+    """What a run reports about itself (DESIGN.md section 4). Progress snapshots carry the counts
+    and the `mini_batches_done` ... `workers_idle` keys; final summaries the rest."""
+
+    run_id: str
+    name: str
+    status: str  # Queued | Running | Succeeded | Failed | Canceled
+    status_reason: str
+    reused: bool  # the whole step was restored from an earlier run; no worker started
+    run_dir: str
+    output: str | None
+    output_file: str | None
+    items_total: int
+    items_succeeded: int
+    items_failed: int
+    mini_batches_total: int
+    mini_batches_succeeded: int
+    mini_batches_failed: int
+    mini_batches_reused: int  # results taken from earlier runs
+    mini_batches_run: int  # mini-batches this run ran to an outcome
+    mini_batches_pending: int
+    attempts_retried: int
+    workers_started: int
+    shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
+    started_at: str
+    ended_at: str | None
+    elapsed_s: float
+    restarts: list[dict[str, str]]
+    job_result: str
+    config: dict[str, Any]  # the effective configuration, secrets masked
+    pid: int
+    host: str
+    # progress snapshots
+    mini_batches_done: int
+    rate_per_s: float
+    eta_s: float | None
+    workers_busy: int
+    workers_idle: int
+
+
+@dataclass
+class Counters:
+    """The run's counts, kept by the step (planning, reuse) and the driver (outcomes)."""
+
+    mini_batches_total: int = 0
+    mini_batches_succeeded: int = 0
+    mini_batches_failed: int = 0
+    mini_batches_reused: int = 0
+    items_total: int = 0
+    items_succeeded: int = 0
+    items_failed: int = 0
+    attempts_retried: int = 0
+    workers_started: int = 0
+    init_failures: int = 0
+    planning: bool = False  # the plan is still being written: mini_batches_total will grow
+
+    @property
+    def done(self) -> int:
+        return self.mini_batches_succeeded + self.mini_batches_failed
+
+    @property
+    def run(self) -> int:
+        """Mini-batches that got their outcome in this run (not taken from an earlier one)."""
+        return self.done - self.mini_batches_reused
+
+    def add_succeeded(self, items: int, items_failed: int, reused: bool = False) -> None:
+        self.mini_batches_succeeded += 1
+        self.mini_batches_reused += reused
+        self.items_total += items
+        self.items_succeeded += items - items_failed
+        self.items_failed += items_failed
+
+    def add_failed(self, items: int) -> None:
+        self.mini_batches_failed += 1
+        self.items_total += items
+        self.items_failed += items
+
+    def counts(self) -> dict[str, int]:
+        return dict(
+            items_total=self.items_total,
+            items_succeeded=self.items_succeeded,
+            items_failed=self.items_failed,
+            mini_batches_total=self.mini_batches_total,
+            mini_batches_succeeded=self.mini_batches_succeeded,
+            mini_batches_failed=self.mini_batches_failed,
+            mini_batches_reused=self.mini_batches_reused,
+            mini_batches_run=self.run,
+            attempts_retried=self.attempts_retried,
+            workers_started=self.workers_started,
+        )
+
+    @classmethod
+    def of(cls, summary: RunSummary) -> Counters:
+        """The counts of an earlier run's summary (to judge them against this run's thresholds)."""
+        names = ("mini_batches_total", "mini_batches_succeeded", "mini_batches_failed", "items_failed")
+        return cls(**{name: summary.get(name, 0) for name in names})  # type: ignore[misc]
+
+
+def snapshot(counters: Counters, elapsed: float, busy: int, idle: int) -> RunSummary:
+    """A progress snapshot: the counts, the rate of this run and the time left."""
+    remaining = counters.mini_batches_total - counters.done
+    rate = counters.run / elapsed if elapsed > 0 else 0.0
+    return RunSummary(
+        status="Running",
+        **counters.counts(),
+        mini_batches_done=counters.done,
+        elapsed_s=round(elapsed, 3),
+        rate_per_s=round(rate, 3),
+        eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
+        workers_busy=busy,
+        workers_idle=idle,
+    )
+
+
+def summarize(counters: Counters, status: str, reason: str, started_at: float, **fields: Any) -> RunSummary:
+    """A run's summary from its counts; `fields` are the rest (run_id, run_dir, output, config, ...)."""
+    ended = time.time()
+    return RunSummary(
+        status=status,
+        status_reason=reason,
+        reused=False,
+        **counters.counts(),
+        started_at=timestamp(started_at),
+        ended_at=timestamp(ended) if status in TERMINAL else None,
+        elapsed_s=round(ended - started_at, 3),
+        **fields,
+    )
