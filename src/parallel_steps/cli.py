@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import __version__
 from .errors import ConfigError, InputError, ParallelStepsError, StepFailed, first_line
+from .platform import require_linux
 
 # Fields that have a dedicated option besides --FIELD (or that are not options at all).
 _SPECIAL = {"inputs"}
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.script_args = script_args
     try:
+        require_linux()
         return args.command(args)
     except (ConfigError, InputError, ParallelStepsError) as exc:
         print(f"parallel-steps: {first_line(exc)}", file=sys.stderr)
@@ -51,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parallel-steps", description="Run a ParallelRunStep-style parallel batch step."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = commands.add_parser(
