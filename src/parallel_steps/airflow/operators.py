@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from ..config import NAME_PATTERN, ParallelRunConfig
 from ..control import Cancel
 from ..errors import ConfigError, InputError, StepFailed
+from ..platform import require_linux
 from ..step import run_step
 
 FIELDS: tuple[str, ...] = tuple(ParallelRunConfig.model_fields)
@@ -161,6 +162,7 @@ class ParallelRunOperator(BaseOperator):
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         self._cancel = Cancel()
         try:
+            require_linux()
             config = self.build_config(context)
         except ConfigError as exc:
             raise AirflowFailException(f"invalid configuration: {exc}") from None

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import __version__
 from ..errors import ParallelStepsError, first_line
+from ..platform import require_linux
 from . import jobs, run
 from .common import split_script_args
 
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.script_args = script_args
     try:
+        require_linux()
         return args.command(args)
     except ParallelStepsError as exc:
         print(f"parallel-steps: {first_line(exc)}", file=sys.stderr)
@@ -40,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parallel-steps", description="Run a ParallelRunStep-style parallel batch step."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     run.add_commands(commands)
     jobs.add_commands(commands)

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed, first_line
+from ..platform import require_linux
 from ..pool.ray_env import agree_on_token_auth
 from .common import cancel_on_signals, parse_set, print_summary, split_script_args
 from .node_topology import Topology, detect_topology
@@ -31,6 +32,7 @@ def main(argv: list[str]) -> int:
     argv, script_args = split_script_args(list(argv))
     args = _parser().parse_args(argv)
     try:
+        require_linux()
         topology = detect_topology(os.environ, args)
         agree_on_token_auth()
         # Joining nodes and the driver wait this long for a busy head (Ray's default is about 20 s).

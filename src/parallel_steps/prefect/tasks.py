@@ -29,6 +29,7 @@ from prefect import get_run_logger, task
 from ..config import ParallelRunConfig
 from ..control import Cancel
 from ..errors import ParallelStepsError, StepFailed
+from ..platform import require_linux
 from ..step import run_step
 from .artifacts import Progress, publish_summary
 from .cache import STEP_REUSE
@@ -88,6 +89,7 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
         ... def score(mini_batch_size: int | None = None):
         ...     return parallel_run("step.yaml", mini_batch_size=mini_batch_size)
     """
+    require_linux()
     config = step_config(parallel_run_config, **fields)
     logger = get_run_logger()
     run_dir = _run_dir(config)
