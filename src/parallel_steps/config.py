@@ -24,6 +24,9 @@ OUTPUT_FORMATS = {".txt": "txt", ".csv": "csv", ".parquet": "parquet", ".jsonl":
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
+#: The mark of a field that a DAG param, trigger conf or `--set` may change by default: it changes neither the
+#: code that runs, its environment, nor where data is read or written (issue 14; see overrides.py).
+TRIGGER = {"trigger_overridable": True}
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 MASK = "***"
 
@@ -83,20 +86,29 @@ class ParallelRunConfig(BaseModel):
     mini_batch_size: int | str | None = Field(
         None,
         description="Files per mini-batch (default 10), or bytes per mini-batch for tabular input (default 1MB; 1024, 512KB, 10MB, 1GB).",
+        json_schema_extra=TRIGGER,
     )
     partition_keys: list[str] | None = Field(
-        None, description="Key columns: one mini-batch per distinct key combination (tabular input)."
+        None,
+        description="Key columns: one mini-batch per distinct key combination (tabular input).",
+        json_schema_extra=TRIGGER,
     )
 
     # Outcome and thresholds.
     error_threshold: int = Field(
-        -1, ge=-1, description="Failed items tolerated before the job fails; -1 ignores all failed items."
+        -1,
+        ge=-1,
+        description="Failed items tolerated before the job fails; -1 ignores all failed items.",
+        json_schema_extra=TRIGGER,
     )
     mini_batch_error_threshold: int = Field(
-        -1, ge=-1, description="Failed mini-batches tolerated before the job fails; -1 ignores them."
+        -1,
+        ge=-1,
+        description="Failed mini-batches tolerated before the job fails; -1 ignores them.",
+        json_schema_extra=TRIGGER,
     )
     allowed_failed_percent: float = Field(
-        100, ge=0, le=100, description="Percent of mini-batches allowed to fail (0-100)."
+        100, ge=0, le=100, description="Percent of mini-batches allowed to fail (0-100).", json_schema_extra=TRIGGER
     )
     output_action: Literal["append_row", "summary_only"] = Field(
         "append_row", description="append_row: gather every returned row in one file; summary_only: only count results."
@@ -107,65 +119,100 @@ class ParallelRunConfig(BaseModel):
     )
 
     # Workers.
-    node_count: int = Field(1, ge=1, description="Number of nodes.")
+    node_count: int = Field(1, ge=1, description="Number of nodes.", json_schema_extra=TRIGGER)
     process_count_per_node: int | None = Field(
-        None, ge=1, description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count."
+        None,
+        ge=1,
+        description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count.",
+        json_schema_extra=TRIGGER,
     )
     logging_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
-        "INFO", description="Level of the root logger in workers."
+        "INFO", description="Level of the root logger in workers.", json_schema_extra=TRIGGER
     )
     run_invocation_timeout: float = Field(
-        60, gt=0, description="Seconds one run() call may take before the worker is killed and the attempt fails."
+        60,
+        gt=0,
+        description="Seconds one run() call may take before the worker is killed and the attempt fails.",
+        json_schema_extra=TRIGGER,
     )
-    run_max_try: int = Field(3, ge=1, description="Attempts per mini-batch, the first included.")
+    run_max_try: int = Field(
+        3, ge=1, description="Attempts per mini-batch, the first included.", json_schema_extra=TRIGGER
+    )
     shutdown_timeout: float | None = Field(
         None,
         gt=0,
         description="Seconds each worker's shutdown() may take before the worker is killed (the run's status "
         "stands; the summary lists the workers cut off); default run_invocation_timeout.",
+        json_schema_extra=TRIGGER,
     )
     allow_reuse: bool = Field(
-        True, description="Reuse results of an earlier run with the same inputs, script and settings."
+        True,
+        description="Reuse results of an earlier run with the same inputs, script and settings.",
+        json_schema_extra=TRIGGER,
     )
     reuse_fingerprint: Literal["stat", "content"] = Field(
-        "stat", description="How inputs are fingerprinted for reuse: path, size and modification time, or content hash."
+        "stat",
+        description="How inputs are fingerprinted for reuse: path, size and modification time, or content hash.",
+        json_schema_extra=TRIGGER,
     )
 
     # Fault tolerance and observability.
     fault_tolerant_policy: Literal["OnFailure", "ExitCodeAndErrorMsg", "Never"] = Field(
-        "OnFailure", description="Which failed attempts are retried: any, only retryable errors, or none."
+        "OnFailure",
+        description="Which failed attempts are retried: any, only retryable errors, or none.",
+        json_schema_extra=TRIGGER,
     )
     retryable_errors: list[str] = Field(
         default_factory=list, description="Substrings or regexes of retryable errors (ExitCodeAndErrorMsg)."
     )
     retryable_exit_codes: list[int] = Field(
-        default_factory=list, description="Worker exit codes that are retryable (ExitCodeAndErrorMsg)."
+        default_factory=list,
+        description="Worker exit codes that are retryable (ExitCodeAndErrorMsg).",
+        json_schema_extra=TRIGGER,
     )
     max_same_error: int = Field(
-        -1, ge=-1, description="Stop the job once the same error has failed this many mini-batches; -1 off."
+        -1,
+        ge=-1,
+        description="Stop the job once the same error has failed this many mini-batches; -1 off.",
+        json_schema_extra=TRIGGER,
     )
     max_tolerated_failure_rate: float = Field(
-        -1, ge=-1, le=1, description="Fail the job once this fraction of finished mini-batches failed (0-1); -1 off."
+        -1,
+        ge=-1,
+        le=1,
+        description="Fail the job once this fraction of finished mini-batches failed (0-1); -1 off.",
+        json_schema_extra=TRIGGER,
     )
-    max_job_restarts: int = Field(0, ge=0, description="Restarts of the step after a system error of the driver.")
+    max_job_restarts: int = Field(
+        0, ge=0, description="Restarts of the step after a system error of the driver.", json_schema_extra=TRIGGER
+    )
     hang_detection: bool = Field(
-        True, description="Fail the job when no mini-batch completes within progress_update_timeout."
+        True,
+        description="Fail the job when no mini-batch completes within progress_update_timeout.",
+        json_schema_extra=TRIGGER,
     )
     progress_update_timeout: float | None = Field(
         None,
         gt=0,
         description="Seconds without a completed mini-batch before the job fails; default 3 x (run_invocation_timeout + 30).",
+        json_schema_extra=TRIGGER,
     )
     first_task_creation_timeout: float = Field(
         600,
         gt=0,
         description="Seconds allowed until the first mini-batch is handed to a worker, and at most waited for another run of the same step on the same inputs to end.",
+        json_schema_extra=TRIGGER,
     )
     worker_memory_limit: int | str | None = Field(
-        None, description="A worker above this memory (bytes or 4GB) is stopped and the attempt fails as OutOfMemory."
+        None,
+        description="A worker above this memory (bytes or 4GB) is stopped and the attempt fails as OutOfMemory.",
+        json_schema_extra=TRIGGER,
     )
     resource_monitor_interval: float = Field(
-        600, ge=0, description="Seconds between resource usage samples in logs/perf; 0 turns it off."
+        600,
+        ge=0,
+        description="Seconds between resource usage samples in logs/perf; 0 turns it off.",
+        json_schema_extra=TRIGGER,
     )
     profiling_module: Literal["cProfile"] | None = Field(
         None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker."

@@ -160,10 +160,9 @@ class TestExecute:
         off = operator(script, data, mini_batch_size=10, params_override=False).execute(context(params, map_index=0))
         assert off["mini_batches_total"] == 2
         assert off["config"]["run_max_try"] == 3
-        some = operator(script, data, mini_batch_size=10, params_override=["run_max_try"]).execute(
-            context(params, map_index=1)
-        )
-        assert some["mini_batches_total"] == 2
+        named = ["run_max_try", "mini_batch_size"]
+        some = operator(script, data, mini_batch_size=10, params_override=named).execute(context(params, map_index=1))
+        assert some["mini_batches_total"] == 4
         assert some["config"]["run_max_try"] == 1
         with pytest.raises(ConfigError, match="params_override: 'batch' is not a configuration field"):
             operator(script, data, params_override=["batch"])

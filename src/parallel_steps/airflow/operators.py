@@ -10,17 +10,19 @@ import inspect
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.log import mask_secret
 
-from ..config import NAME_PATTERN, ParallelRunConfig
+from ..config import NAME_PATTERN, ParallelRunConfig, public_config, resolved_environment
 from ..control import Cancel
 from ..errors import ConfigError, InputError, StepFailed
+from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides
 from ..platform import require_linux
 from ..step import run_step
 
@@ -58,15 +60,19 @@ class ParallelRunOperator(BaseOperator):
     below). Static values are validated when the DAG file is parsed; templated ones when the
     task runs, where strings such as "5", "true" or "1MB" are coerced. A DAG param or trigger
     conf key named like a field (``airflow dags test DAG -c '{"mini_batch_size": 5}'``)
-    overrides that field at run time. The step runs in
+    overrides that field at run time, if the field is open to trigger-time input (see
+    `params_override`); one that is not fails the task. The step runs in
     ``<run_root>/airflow/<dag_id>/<task_id>/<run_id>/<map_index>``, so a task retry resumes it
     and mapped or parallel tasks never share a run directory.
 
     Args:
         parallel_run_config: a `ParallelRunConfig` to start from; field keywords override it.
-        params_override: which DAG params override the step: True (every config field,
-            the default), False (none: use templates such as "{{ params.x }}"), or a
-            collection of field names. A param whose value is None overrides nothing.
+        params_override: which config fields DAG params and trigger conf may override: True
+            (the default: the fields that change neither code, environment nor paths, see
+            `parallel_steps.overrides.OVERRIDABLE`), a collection of field names (exactly those),
+            "all" (every field; logged as a warning: whoever may trigger the DAG then chooses
+            the code that runs), or False (none: use templates such as "{{ params.x }}"). A
+            param whose value is None overrides nothing.
         **kwargs: config fields (below) and `BaseOperator` arguments.
 
     Returns:
@@ -97,7 +103,7 @@ class ParallelRunOperator(BaseOperator):
         self,
         *,
         parallel_run_config: ParallelRunConfig | None = None,
-        params_override: bool | Collection[str] = True,
+        params_override: Allowed = True,
         **kwargs: Any,
     ) -> None:
         fields = {f: kwargs.pop(f, None) for f in FIELDS}
@@ -107,11 +113,11 @@ class ParallelRunOperator(BaseOperator):
                 f"parallel_run_config: expected a ParallelRunConfig, got {type(parallel_run_config).__name__}"
             )
         self.parallel_run_config = parallel_run_config
-        self.params_override = [params_override] if isinstance(params_override, str) else params_override
+        allowed_fields(params_override)  # unknown field names fail at parse time
+        self.params_override = params_override
         for field, value in fields.items():
             setattr(self, attribute(field), value)
         self._cancel: Cancel | None = None
-        _check_override_names(params_override)
         self._check_static()
 
     # Configuration ----------------------------------------------------------------------------
@@ -143,19 +149,23 @@ class ParallelRunOperator(BaseOperator):
         """The effective config: base config, then the (rendered) fields, then DAG params."""
         config = self._base_config().with_overrides(**self.field_values())
         overridden = config.with_overrides(**self._param_overrides(context))
-        changed = {f: getattr(overridden, f) for f in FIELDS if getattr(overridden, f) != getattr(config, f)}
+        before, after = public_config(config), public_config(overridden)  # secrets masked
+        changed = {f: after[f] for f in FIELDS if after[f] != before[f]}
         if changed:
             self.log.info("DAG params / trigger conf override: %s", ", ".join(f"{k}={v!r}" for k, v in changed.items()))
         return overridden
 
     def _param_overrides(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        # Airflow has already merged the trigger conf into params (core.dag_run_conf_overrides_params).
-        params = context.get("params") or {}
-        if self.params_override is True:
-            names: Collection[str] = FIELDS
-        else:
-            names = self.params_override or ()
-        return {name: params[name] for name in names if name in params and params[name] is not None}
+        """DAG params named like config fields, within what `params_override` opens. Airflow has already
+        merged the trigger conf into params (core.dag_run_conf_overrides_params), so both are checked."""
+        if self.params_override == ALL:
+            self.log.warning(
+                "params_override='all': whoever may trigger this DAG may choose the code, "
+                "environment and paths of task %s",
+                self.task_id,
+            )
+        how_to_allow = f"a DAG author allows it with params_override=[..., '{{field}}'] on task {self.task_id!r}"
+        return trigger_overrides(context.get("params") or {}, self.params_override, how_to_allow)
 
     # Running ----------------------------------------------------------------------------------
 
@@ -164,6 +174,8 @@ class ParallelRunOperator(BaseOperator):
         try:
             require_linux()
             config = self.build_config(context)
+            for name, value in resolved_environment(config).items():
+                mask_secret(value, name)  # values from Variables/Connections stay masked in the task log too
         except ConfigError as exc:
             raise AirflowFailException(f"invalid configuration: {exc}") from None
         run_dir, run_id = run_location(config, context)
@@ -275,20 +287,6 @@ def _deferred(value: Any) -> bool:
     if isinstance(value, (list, tuple, set)):
         return any(_deferred(v) for v in value)
     return False
-
-
-def _check_override_names(params_override: bool | Collection[str]) -> None:
-    if isinstance(params_override, bool):
-        return
-    if isinstance(params_override, str):
-        params_override = [params_override]
-    unknown = sorted(set(params_override) - set(FIELDS))
-    if unknown:
-        raise ConfigError(
-            "params_override",
-            f"{unknown[0]!r} is not a configuration field",
-            "use True, False or field names such as mini_batch_size",
-        )
 
 
 class _ProgressLog:
