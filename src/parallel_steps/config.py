@@ -27,8 +27,16 @@ _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
 #: The mark of a field that a DAG param, trigger conf or `--set` may change by default: it changes neither the
 #: code that runs, its environment, nor where data is read or written (issue 14; see overrides.py).
 TRIGGER = {"trigger_overridable": True}
+_INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 MASK = "***"
+
+
+def check_input_name(field: str, name: Any) -> None:
+    """Names of side inputs (and models) appear in `${side_inputs.NAME}` and in paths on every node: one
+    safe path component, like an identifier (letters, digits, `_`, `.`, `-`; no `..`)."""
+    if not isinstance(name, str) or not _INPUT_NAME.fullmatch(name) or ".." in name:
+        raise ConfigError(field, f"{name!r} is not a valid name", "use letters, digits, _ . - and start with a letter")
 
 
 def parse_size(value: int | str) -> int:
@@ -246,7 +254,9 @@ class ParallelRunConfig(BaseModel):
     @classmethod
     def _side_inputs(cls, value: Any) -> dict[str, str]:
         if isinstance(value, (list, tuple)):
-            return {Path(os.fspath(p)).name: os.fspath(p) for p in value}
+            value = {Path(os.fspath(p)).name: os.fspath(p) for p in value}
+        for name in value or {}:
+            check_input_name("side_inputs", name)
         return value or {}
 
     @field_validator("arguments", mode="before")
@@ -314,6 +324,12 @@ class ParallelRunConfig(BaseModel):
             )
         if self.partition_keys and FileDataset in kinds:
             raise ConfigError("partition_keys", "needs tabular inputs", "use TabularDataset")
+        if self.backend == "ray" and self.retryable_exit_codes:
+            raise ConfigError(
+                "retryable_exit_codes",
+                "Ray does not report the exit code of a lost worker, so exit codes cannot be retried on backend ray",
+                "use retryable_errors (the loss message), or backend local",
+            )
         return self
 
     # Derived values -------------------------------------------------------

@@ -10,17 +10,19 @@ import csv
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import psutil
 
+from .config import MASK
 from .store.logs import RunLogs
 
 NODE_COLUMNS = ["time", "cpu_percent", "memory_total_mb", "memory_used_mb", "memory_percent", "load_1m"]
 PROCESS_COLUMNS = ["time", "process_name", "pid", "cpu_percent", "rss_mb", "vms_mb", "threads", "children"]
 DISK_COLUMNS = ["time", "path", "total_mb", "used_mb", "free_mb", "percent"]
 
+_MIN_SECRET = 4  # shorter values ("1", "yes") are not worth masking and would garble the table
 #: node id -> [(process name, pid)] of the workers alive now
 WorkerProcesses = Callable[[], dict[str, list[tuple[str, int]]]]
 
@@ -28,9 +30,19 @@ WorkerProcesses = Callable[[], dict[str, list[tuple[str, int]]]]
 class ResourceMonitor:
     """Samples the machine and the workers into the perf files of every node."""
 
-    def __init__(self, logs: RunLogs, node_ids: list[str], workers: WorkerProcesses, interval: float, disk_path: Path):
+    def __init__(
+        self,
+        logs: RunLogs,
+        node_ids: list[str],
+        workers: WorkerProcesses,
+        interval: float,
+        disk_path: Path,
+        secrets: Collection[str] = (),
+    ):
         self.logs, self.node_ids, self.workers = logs, node_ids, workers
         self.interval, self.disk_path = interval, disk_path
+        # Values masked in the process table (command lines may carry them, e.g. `--set environment_variables=`).
+        self.secrets = sorted((v for v in secrets if len(v) >= _MIN_SECRET), key=len, reverse=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="resource-monitor", daemon=True)
 
@@ -64,6 +76,8 @@ class ResourceMonitor:
         disk = psutil.disk_usage(str(self.disk_path))
         disk_row = [stamp, str(self.disk_path), disk.total >> 20, disk.used >> 20, disk.free >> 20, disk.percent]
         snapshot = _process_table()
+        for secret in self.secrets:
+            snapshot = snapshot.replace(secret, MASK)
         workers = self.workers()
         for node_id in self.node_ids:
             folder = self.logs.perf_dir(node_id)

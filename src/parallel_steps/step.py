@@ -334,7 +334,8 @@ class _StepRun:
         if not interval:
             return contextlib.nullcontext()
         nodes = [node_id_of(i) for i in range(self.config.node_count)]
-        return ResourceMonitor(self.run.logs, nodes, pool.processes, interval, self.run.path)
+        secrets = resolved_environment(self.config).values()
+        return ResourceMonitor(self.run.logs, nodes, pool.processes, interval, self.run.path, secrets)
 
     # Records ----------------------------------------------------------------------------------
 

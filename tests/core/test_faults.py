@@ -207,6 +207,10 @@ def test_driver_restarts_after_a_system_error_and_resumes(make_files, write_scri
     assert summary["items_succeeded"] == 30
     assert summary["mini_batches_succeeded"] == 30
     assert "restart" in [e["type"] for e in events]
+    # The counts are the whole run's: two workers, then two more after the restart; what the run
+    # committed before it is its own result, not "reused".
+    assert summary["workers_started"] == 4
+    assert (summary["mini_batches_reused"], summary["mini_batches_run"]) == (0, 30)
 
 
 def test_system_error_without_restarts_fails_the_run(make_files, write_script, replacement_fails_once):

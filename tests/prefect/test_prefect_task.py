@@ -250,3 +250,26 @@ class TestRetry:
         assert summary["run_id"].endswith(str(state.state_details.task_run_id))
         published = sorted(artifacts(flow_run_id(state), "resumes-summary"), key=lambda a: a.created)
         assert [a.description.split(": ")[1] for a in published] == ["Failed", "Succeeded"]  # one per attempt
+
+
+def test_secret_values_stay_out_of_the_result_and_the_artifacts(write_script, make_files):
+    script = write_script(
+        """
+        import os
+        def run(mini_batch):
+            return [os.environ["TOKEN"][:3] for _ in mini_batch]
+        """
+    )
+    state = one_step(
+        entry_script=str(script),
+        inputs=str(make_files(2)),
+        environment_variables={"TOKEN": "tok-3f9a-secret-value"},
+        name="secretive",
+        return_state=True,
+    )
+    summary = state.result()
+    assert output_lines(summary) == ["tok", "tok"]  # the worker had the value
+    assert summary["config"]["environment_variables"] == {"TOKEN": "***"}
+    published = [a for key in ("secretive-summary", "secretive-progress") for a in artifacts(flow_run_id(state), key)]
+    assert published
+    assert not [a for a in published if "secret-value" in f"{a.data} {a.description}"]

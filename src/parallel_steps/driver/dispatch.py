@@ -266,8 +266,8 @@ class Driver:
             )
 
     def _replace(self, worker: WorkerInfo, reason: str, detail: str) -> None:
-        self.health.worker_replaced(worker)
         self.pool.replace(worker)
+        self.health.worker_replaced(worker)
         self.report.emit("worker_replaced", worker=worker.id, reason=reason, detail=detail)
 
     # Outcomes -----------------------------------------------------------------------------------
