@@ -14,6 +14,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 
 from parallel_steps.config import ParallelRunConfig
+from parallel_steps.overrides import OVERRIDABLE
 
 MARKER = "<!-- config-fields -->"
 PAGE = "configuration.md"
@@ -28,13 +29,14 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
 
 
 def fields_table() -> str:
-    """One Markdown table row per config field: name, type, default, description."""
-    rows = ["| Field | Type | Default | Description |", "| --- | --- | --- | --- |"]
+    """One Markdown table row per config field: name, type, default, whether trigger-time input may set
+    it (parallel_steps.overrides.OVERRIDABLE), description."""
+    rows = ["| Field | Type | Default | Trigger | Description |", "| --- | --- | --- | --- | --- |"]
     for name, info in ParallelRunConfig.model_fields.items():
         default = info.get_default(call_default_factory=True)
-        rows.append(
-            f"| `{name}` | `{type_name(info.annotation)}` | `{default!r}` | {html.escape(info.description or '', quote=False)} |"
-        )
+        trigger = "yes" if name in OVERRIDABLE else ""
+        description = html.escape(info.description or "", quote=False)
+        rows.append(f"| `{name}` | `{type_name(info.annotation)}` | `{default!r}` | {trigger} | {description} |")
     return "\n".join(rows)
 
 
