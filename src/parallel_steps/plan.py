@@ -12,47 +12,67 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .checks import check_step
 from .config import ParallelRunConfig
+from .inputs.incremental import IncrementalPlanner, PlanDiff, is_incremental
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner
-from .reuse import ReuseSources
-from .store.ledger import Ledger
+from .reuse import ReuseSources, step_code_key
+from .store.ledger import Ledger, PlanRow
+from .store.runs import RunIndex
 from .summary import Counters
 
 _CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 
 
 class RunPlan:
-    """The plan of one run, and the counts it implies (planned, reused, taken from this run's own past)."""
+    """The plan of one run, and the counts it implies (planned, reused, taken from this run's own past, new)."""
 
     def __init__(self, config: ParallelRunConfig, ledger: Ledger, run_id: str):
         self.config, self.ledger, self.run_id = config, ledger, run_id
         self.counters = Counters()
         self.notes: list[str] = []  # the planner's advice, logged with the plan
+        self.diff: PlanDiff | None = None  # against the earlier plan, when the plan was sticky
 
     def whole(self, sources: ReuseSources) -> None:
-        """Write the whole plan, taking finished results from `sources`."""
-        planner = self._planner(defer_files=False)
+        """Write the whole plan, taking finished results from `sources`. File inputs keep the earlier
+        plan's mini-batches (inputs/incremental.py); others are matched by fingerprint."""
+        config = self.config
+        if is_incremental(config.inputs, config.partition_keys):
+            planner = IncrementalPlanner(
+                config.inputs, config.batch_size, config.reuse_fingerprint, sources.earlier_plan()
+            )
+            rows = ((p.mini_batch, sources.find(p.mini_batch), p.tokens) for p in planner.mini_batches())
+        else:
+            planner = self._planner(defer_files=False)
+            rows = ((mini_batch, sources.find(mini_batch), None) for mini_batch in planner.mini_batches())
         self.ledger.clear_plan()
-        mini_batches = planner.mini_batches()
-        while chunk := list(itertools.islice(mini_batches, _CHUNK)):
-            self._add([(mini_batch, sources.find(mini_batch)) for mini_batch in chunk])
+        while chunk := list(itertools.islice(rows, _CHUNK)):
+            self._add(chunk)
+        if isinstance(planner, IncrementalPlanner):
+            self.diff = planner.diff
+            if not sources.own_plan:  # a resume goes on with the counts its first plan made
+                self._count_diff(planner.diff)
+        else:
+            self.notes = planner.notes
         self.ledger.commit()
-        self.notes = planner.notes
 
     def streamed(self, on_planned: Callable[[], None]) -> Iterator[MiniBatch]:
         """The plan, written a chunk at a time as the driver takes it; `counters.planning` until the end,
-        when `on_planned()` is called."""
+        when `on_planned()` is called. Nothing came before it: every mini-batch and input is new."""
         self.counters.planning = True
         return self._stream(on_planned)
 
     def _stream(self, on_planned: Callable[[], None]) -> Iterator[MiniBatch]:
         planner = self._planner(defer_files=True)
         mini_batches = planner.mini_batches()
+        counters = self.counters
         while chunk := list(itertools.islice(mini_batches, _CHUNK)):
-            self._add([(mini_batch, None) for mini_batch in chunk], descriptors=False)
+            self._add([(mini_batch, None, None) for mini_batch in chunk], descriptors=False)
+            counters.mini_batches_new += len(chunk)
+            counters.inputs_new += sum(mb.items or 0 for mb in chunk if mb.kind == "files")
             yield from chunk
-        self.counters.planning = False
+        counters.planning = False
         self.notes = planner.notes
         on_planned()
 
@@ -62,14 +82,57 @@ class RunPlan:
             config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint, defer_files=defer_files
         )
 
-    def _add(self, rows: list[tuple[MiniBatch, dict[str, Any] | None]], descriptors: bool = True) -> None:
+    def _add(self, rows: list[PlanRow], descriptors: bool = True) -> None:
         """Rows into the ledger; a result from this run's own past counts as succeeded, not as reused."""
-        for _, result in rows:
+        for _, result, _ in rows:
             if result and result["run_id"] == self.run_id:
                 result["run_id"] = None
         self.ledger.add(rows, descriptors)
-        for _, result in rows:
-            self.counters.mini_batches_total += 1
+        counters = self.counters
+        for _, result, _ in rows:
+            counters.mini_batches_total += 1
             if result:
                 items = result["items"] if result["items"] is not None else result["returned"]
-                self.counters.add_succeeded(items, result["items_failed"] or 0, reused=result["run_id"] is not None)
+                counters.add_succeeded(items, result["items_failed"] or 0, reused=result["run_id"] is not None)
+
+    def _count_diff(self, diff: PlanDiff) -> None:
+        counters = self.counters
+        counters.mini_batches_new = diff.mini_batches_new
+        counters.inputs_new, counters.inputs_changed = diff.inputs_new, diff.inputs_changed
+        counters.inputs_deleted = diff.inputs_deleted
+
+
+def preview(config: ParallelRunConfig, entry_callables: bytes | None = None) -> dict[str, Any]:
+    """What a run of `config` would do now, without running anything or writing a file: how many
+    mini-batches it would reuse, run, keep from the earlier plan or drop, and why.
+
+    Raises:
+        ConfigError, InputError: as `run_step` would, before anything runs.
+    """
+    checked = check_step(config, entry_callables)
+    code = step_code_key(config, checked, entry_callables)
+    root = config.resolved_run_root()
+    index = RunIndex(root) if (root / "index.sqlite").exists() else None
+    ledger = Ledger(":memory:")
+    try:
+        sources = ReuseSources("", None, index, code, config.allow_reuse)
+        plan = RunPlan(config, ledger, "")
+        plan.whole(sources)
+    finally:
+        ledger.close()
+        if index is not None:
+            index.close()
+    counters, diff = plan.counters, plan.diff
+    return dict(
+        earlier_run=sources.newest_run,
+        mini_batches=counters.mini_batches_total,
+        reused=counters.mini_batches_reused,
+        to_run=counters.mini_batches_total - counters.mini_batches_reused,
+        kept=diff.mini_batches_kept if diff else None,
+        new=diff.mini_batches_new if diff else counters.mini_batches_total - counters.mini_batches_reused,
+        dropped=diff.mini_batches_dropped if diff else None,
+        inputs_new=diff.inputs_new if diff else None,
+        inputs_changed=diff.inputs_changed if diff else None,
+        inputs_deleted=diff.inputs_deleted if diff else None,
+        why=diff.dropped if diff else [],
+    )

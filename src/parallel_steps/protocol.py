@@ -63,6 +63,7 @@ class Outcome:
     started: float = 0.0
     duration: float = 0.0
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
+    tokens: bytes | None = None  # with each file's size and mtime (or hash), encoded for the ledger
 
     def __reduce__(self):
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
@@ -75,6 +76,7 @@ class Outcome:
             self.started,
             self.duration,
             self.fingerprint,
+            self.tokens,
         )
 
 

@@ -13,14 +13,16 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .checks import Checked
 from .config import ParallelRunConfig, public_config
 from .driver.health import threshold_breach
 from .inputs.fingerprints import content_hash, file_identity
+from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import iter_files
 from .inputs.storage import is_url, upload
@@ -62,6 +64,14 @@ def code_key(
     return digest.hexdigest()
 
 
+def step_code_key(config: ParallelRunConfig, checked: Checked, entry_callables: bytes | None) -> str:
+    """The code key of a checked step; the run root and the output folder are not part of its code."""
+    skip = [config.resolved_run_root()]
+    if config.output and not is_url(config.output):
+        skip.append(Path(config.output))
+    return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, skip=skip)
+
+
 def step_key(code: str, fingerprints: Iterable[str]) -> str:
     digest = hashlib.sha256(code.encode())
     for fingerprint in fingerprints:
@@ -81,33 +91,66 @@ def _tree(digest, root: Path, mode: str, skip: set[Path]) -> None:
 
 
 class ReuseSources:
-    """Finished results a run may take instead of running them: its own (a resume or a restart),
-    then those of the newest earlier runs with the same code key when `allow_reuse` is on."""
+    """Finished results a run may take instead of running them: its own (`own`, a resume or a restart),
+    then those of the newest earlier runs with the same code key when `allow_reuse` is on.
 
-    def __init__(self, run: RunDirectory, index: RunIndex, code: str, allow_reuse: bool):
-        self.run = run
-        self._sources = [(run.run_id, run.ledger.results_by_fingerprint())] if run.resumed else []
-        if allow_reuse:
-            for record in index.with_code_key(code, exclude=run.run_id)[:_REUSE_SOURCES]:
-                ledger = Ledger.open_readonly(Path(record["run_dir"]) / "ledger.sqlite")
+    `link(run_id, spool)` makes an earlier run's spool file part of this run (None: a preview that
+    writes nothing)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        own: Ledger | None,
+        index: RunIndex | None,
+        code: str,
+        allow_reuse: bool,
+        link: Callable[[str, str], str] | None = None,
+    ):
+        self.run_id, self._own, self._link = run_id, own, link
+        self._sources = [(run_id, own.results_by_fingerprint())] if own else []
+        self._newest: Path | None = None  # the ledger of the newest earlier run
+        self.newest_run: str | None = None
+        if allow_reuse and index is not None:
+            for record in index.with_code_key(code, exclude=run_id)[:_REUSE_SOURCES]:
+                path = Path(record["run_dir"]) / "ledger.sqlite"
+                ledger = Ledger.open_readonly(path)
                 if ledger:
                     self._sources.append((record["run_id"], ledger.results_by_fingerprint()))
+                    if self._newest is None:
+                        self._newest, self.newest_run = path, record["run_id"]
                     ledger.close()
 
     def __bool__(self) -> bool:
         return bool(self._sources)
 
+    @property
+    def own_plan(self) -> bool:
+        """Whether the plan a rerun keeps is this run's own (a resume or a restart)."""
+        return self._own is not None
+
+    def earlier_plan(self) -> Iterator[EarlierBatch]:
+        """The plan a sticky rerun keeps: this run's own (a resume), else the newest earlier run's."""
+        if self._own is not None:
+            yield from self._own.plan()
+            return
+        ledger = Ledger.open_readonly(self._newest) if self._newest else None
+        if ledger:
+            try:
+                yield from ledger.plan()
+            finally:
+                ledger.close()
+
     def find(self, mini_batch: MiniBatch) -> dict[str, Any] | None:
         """The committed result of a mini-batch with the same fingerprint (its part linked into this
-        run), with the `run_id` it came from; None when no source has it."""
+        run), with the `run_id` of the run that made it; None when no source has it."""
         for run_id, results in self._sources:
             result = results.get(mini_batch.fingerprint)
             if result is None or (result["part"] and not os.path.exists(result["part"].path)):
                 continue
             part = result["part"]
-            if part and run_id != self.run.run_id:
-                part = part._replace(path=self.run.link_spool(run_id, part.path))
-            return dict(result, part=part, run_id=run_id)
+            if part and run_id != self.run_id and self._link:
+                part = part._replace(path=self._link(run_id, part.path))
+            return dict(result, part=part, run_id=result["reused_from"] or run_id)
         return None
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .checks import Checked, check_step
+from .checks import check_step
 from .config import ParallelRunConfig, public_config, resolved_environment
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
@@ -34,7 +34,7 @@ from .platform import require_linux
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
-from .reuse import ReuseSources, code_key, output_file_url, restore_whole_step, step_key
+from .reuse import ReuseSources, output_file_url, restore_whole_step, step_code_key, step_key
 from .store.logs import timestamp
 from .store.output import assemble
 from .store.rundir import RunDirectory
@@ -76,16 +76,9 @@ def run_step(
 def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -> str:
     """The step's reuse key (DESIGN.md section 6), computed without running: equal keys mean an
     earlier successful run's output is reused. Integrations use it as their cache key."""
-    code = _code_key(config, check_step(config, entry_callables), entry_callables)
+    code = step_code_key(config, check_step(config, entry_callables), entry_callables)
     planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
     return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
-
-
-def _code_key(config: ParallelRunConfig, checked: Checked, entry_callables: bytes | None) -> str:
-    skip = [config.resolved_run_root()]
-    if config.output and not is_url(config.output):
-        skip.append(Path(config.output))
-    return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, skip=skip)
 
 
 class ParallelRunStep:
@@ -147,7 +140,7 @@ class _StepRun:
         self.on_progress, self.on_event = on_progress, on_event
         self.cancel = cancel or Cancel()
         self.checked = check_step(config, entry_callables)
-        self.code = _code_key(config, self.checked, entry_callables)
+        self.code = step_code_key(config, self.checked, entry_callables)
         self.run_root = config.resolved_run_root()
         self.requested_dir = Path(run_dir).absolute() if run_dir else None
         self.requested_id = run_id
@@ -183,7 +176,7 @@ class _StepRun:
         with contextlib.ExitStack() as stack:
             workers = stack.enter_context(contextlib.ExitStack())  # closed before the output is assembled
             stack.enter_context(key_lock(self.run_root, self._lock_key(), self.config.first_task_creation_timeout))
-            sources = ReuseSources(self.run, index, self.code, self.config.allow_reuse)
+            sources = self._sources(index)
             if sources:
                 self.plan.whole(sources)  # whole: whole-step reuse needs every fingerprint
                 key = step_key(self.code, self.run.ledger.fingerprints())
@@ -194,6 +187,11 @@ class _StepRun:
                 return self._run(index, workers, self.run.ledger.pending(), None)
             # Nothing to reuse: the workers start, and run the plan while it is being written.
             return self._run(index, workers, self.plan.streamed(self._log_plan), workers.enter_context(self._pool()))
+
+    def _sources(self, index: RunIndex) -> ReuseSources:
+        run = self.run
+        own = run.ledger if run.resumed else None
+        return ReuseSources(run.run_id, own, index, self.code, self.config.allow_reuse, link=run.link_spool)
 
     def _lock_key(self) -> str:
         """What a second run of this step on the same inputs waits for: the code key and the inputs
@@ -249,7 +247,7 @@ class _StepRun:
         self.run.ledger.rollback()
         self.run.resumed = True
         self.plan = self._new_plan()
-        self.plan.whole(ReuseSources(self.run, index, self.code, self.config.allow_reuse))
+        self.plan.whole(self._sources(index))
         self._log_plan()
         return self.run.ledger.pending()
 

@@ -16,7 +16,14 @@ from .store.logs import timestamp
 
 TERMINAL = ("Succeeded", "Failed", "Canceled")
 #: Counts of work done that a run keeps in its ledger, so a restart or a resume goes on counting.
-RESUMED_COUNTS = ("workers_started", "attempts_retried")
+RESUMED_COUNTS = (
+    "workers_started",
+    "attempts_retried",
+    "mini_batches_new",
+    "inputs_new",
+    "inputs_changed",
+    "inputs_deleted",
+)
 
 
 class RunSummary(TypedDict, total=False):
@@ -40,6 +47,10 @@ class RunSummary(TypedDict, total=False):
     mini_batches_reused: int  # results taken from earlier runs
     mini_batches_run: int  # mini-batches this run ran to an outcome
     mini_batches_pending: int
+    mini_batches_new: int  # mini-batches the earlier plan did not have (all of them in a first run)
+    inputs_new: int  # input files the earlier plan did not have
+    inputs_changed: int  # files whose size, time or content changed since the earlier plan
+    inputs_deleted: int  # files of the earlier plan that are gone (their rows are not in the output)
     attempts_retried: int
     workers_started: int
     shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
@@ -73,6 +84,10 @@ class Counters:
     attempts_retried: int = 0
     workers_started: int = 0
     init_failures: int = 0
+    mini_batches_new: int = 0
+    inputs_new: int = 0
+    inputs_changed: int = 0
+    inputs_deleted: int = 0
     planning: bool = False  # the plan is still being written: mini_batches_total will grow
 
     @property
@@ -106,6 +121,10 @@ class Counters:
             mini_batches_failed=self.mini_batches_failed,
             mini_batches_reused=self.mini_batches_reused,
             mini_batches_run=self.run,
+            mini_batches_new=self.mini_batches_new,
+            inputs_new=self.inputs_new,
+            inputs_changed=self.inputs_changed,
+            inputs_deleted=self.inputs_deleted,
             attempts_retried=self.attempts_retried,
             workers_started=self.workers_started,
         )

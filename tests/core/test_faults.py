@@ -159,7 +159,7 @@ class TestMemory:
     def test_sigkill_with_high_memory_is_reported_as_likely_out_of_memory(self, make_files, write_script):
         make_files(1)
         write_script(
-            "import os, signal, time\ndef run(mb):\n    data = b'x' * (1200 << 20)\n    time.sleep(2.5)\n"
+            "import os, signal, time\ndef run(mb):\n    data = b'x' * (1200 << 20)\n    time.sleep(4)\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n"
         )
         summary = run_step(config(run_max_try=1))

@@ -24,8 +24,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     run.set_defaults(command=_run)
 
     plan = commands.add_parser("plan", help="show how the inputs split into mini-batches")
-    add_step_options(plan, every_field=False)
+    add_step_options(plan, every_field=True)
     plan.add_argument("--show", type=int, default=5, metavar="N", help="mini-batches to list (default 5)")
+    plan.add_argument(
+        "--diff",
+        action="store_true",
+        help="compare with the earlier runs of this step: mini-batches that would be reused, kept, new or dropped, "
+        "and why (new, changed or deleted files)",
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     plan.set_defaults(command=_plan)
 
@@ -56,6 +62,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     config = config_from_args(args, None)
+    if args.diff:
+        return _diff(config, args.json)
     if not config.inputs:
         raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
     planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
@@ -105,3 +113,23 @@ def _spread(values: list[int]) -> dict[str, float] | None:
     if not values:
         return None
     return dict(min=min(values), median=statistics.median(values), max=max(values))
+
+
+def _diff(config, as_json: bool) -> int:
+    from ..plan import preview
+
+    diff = preview(config)
+    if as_json:
+        print(json.dumps(diff))
+        return 0
+    earlier = f"against run {diff['earlier_run']}" if diff["earlier_run"] else "no earlier run of this step"
+    print(f"{diff['mini_batches']} mini-batches ({earlier}): {diff['reused']} reused, {diff['to_run']} to run")
+    if diff["kept"] is not None:
+        print(f"  earlier mini-batches kept: {diff['kept']}; new: {diff['new']}; dropped: {diff['dropped']}")
+        print(
+            f"  input files new: {diff['inputs_new']}, changed: {diff['inputs_changed']}, "
+            f"deleted: {diff['inputs_deleted']}"
+        )
+    for line in diff["why"]:
+        print(f"  dropped {line}")
+    return 0

@@ -288,6 +288,7 @@ class Driver:
             worker.id,
             outcome.duration,
             outcome.fingerprint,
+            outcome.tokens,
         )
         self._record(worker, current, items, items - failed, failed, "succeeded", outcome.duration)
         if failed:

@@ -23,17 +23,32 @@ def file_identity(
 
 
 def files_fingerprint(paths, stats, mode: str) -> str:
-    """The fingerprint of a file mini-batch (the planner and the worker compute it the same way).
-    One buffer is hashed per mini-batch: workers do this for every mini-batch they run."""
-    return hashlib.sha1("".join([_identity(path, stat, mode) for path, stat in zip(paths, stats)]).encode()).hexdigest()
+    """The fingerprint of a file mini-batch (the planner and the worker compute it the same way)."""
+    return fingerprint_of(paths, file_tokens(paths, stats, mode))
+
+
+def file_tokens(paths, stats, mode: str) -> list[str]:
+    """What identifies each file's content, without its path: `size\0mtime_ns`, or the content hash.
+    Kept per file in the ledger, so a rerun can tell which file of a mini-batch changed."""
+    return [_token(path, stat, mode) for path, stat in zip(paths, stats)]
+
+
+def fingerprint_of(paths, tokens) -> str:
+    """The fingerprint of files from their tokens. One buffer is hashed per mini-batch: workers do
+    this for every mini-batch they run."""
+    return hashlib.sha1("".join([f"{path}\0{token}\n" for path, token in zip(paths, tokens)]).encode()).hexdigest()
 
 
 def _identity(path: str, stat, mode: str, name: str | None = None) -> str:
+    return f"{name or path}\0{_token(path, stat, mode)}\n"
+
+
+def _token(path: str, stat, mode: str) -> str:
     if mode == "content":
-        return f"{name or path}\0{content_hash(path)}\n"
+        return content_hash(path)
     if stat is None:
         stat = os.stat(path) if not is_url(path) else storage.stat(path)
-    return f"{name or path}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+    return f"{stat.st_size}\0{stat.st_mtime_ns}"
 
 
 def content_hash(path: str) -> str:

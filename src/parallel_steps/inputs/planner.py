@@ -185,12 +185,13 @@ class Planner:
             )
 
     def _key_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        """One mini-batch per distinct combination of `partition_keys` across the dataset."""
+        """One mini-batch per distinct combination of `partition_keys` across the dataset. Its fingerprint
+        covers only the files holding that combination: a new or changed file reruns only its groups."""
         keys = list(self.partition_keys or [])
         combos: dict[tuple, list] = {}
-        identity = hashlib.sha1()
+        identities: dict[str, bytes] = {}
         for path, stat, fmt in self._tabular_files(dataset):
-            identity.update(self._file_identity(path, stat))
+            identities[path] = self._file_identity(path, stat)
             table = read_table(path, fmt, dataset.read_options, columns=keys)
             counts = table.group_by(keys).aggregate([([], "count_all")])
             for row in counts.to_pylist():
@@ -201,9 +202,8 @@ class Planner:
                 entry[3] += stat.st_size
         for combo in sorted(combos, key=_nulls_last):
             rows, paths, formats, nbytes = combos[combo]
-            fingerprint = hashlib.sha1(
-                identity.digest() + repr((keys, combo, dataset.read_options)).encode()
-            ).hexdigest()
+            files = b"".join(identities[path] for path in paths)
+            fingerprint = hashlib.sha1(files + repr((keys, combo, dataset.read_options)).encode()).hexdigest()
             read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats))
             yield dict(
                 kind="keys",

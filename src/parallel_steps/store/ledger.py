@@ -16,8 +16,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..inputs.members import EarlierBatch, encode_members, encode_tokens
 from ..inputs.minibatch import MiniBatch
 from .output import Part
+
+#: A planned mini-batch, the result it takes from a reuse source (or None), its files' tokens (or None).
+PlanRow = tuple[MiniBatch, "dict[str, Any] | None", "list[str] | None"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -28,6 +32,8 @@ CREATE TABLE IF NOT EXISTS mini_batches (
     items INTEGER,
     nbytes INTEGER,
     descriptor BLOB,                         -- the pickled MiniBatch, when pending() is to read it
+    members TEXT,                            -- file mini-batches: their files (inputs/incremental.py encoding)
+    tokens BLOB,                             -- and each file's size and mtime (or hash), once known
     state TEXT NOT NULL DEFAULT 'pending',   -- pending | succeeded | failed
     attempts INTEGER NOT NULL DEFAULT 0,
     part TEXT,                               -- spool file, offset and length of the successful
@@ -54,12 +60,12 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 );
 """
 
-_LAYOUT = 1  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
+_LAYOUT = 2  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
 
 _SUCCEED = (
     "UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
     " items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
-    " fingerprint=coalesce(?, fingerprint) WHERE idx=?"
+    " fingerprint=coalesce(?, fingerprint), tokens=coalesce(?, tokens) WHERE idx=?"
 )
 
 
@@ -122,34 +128,46 @@ class Ledger:
     def clear_plan(self) -> None:
         self._db.execute("DELETE FROM mini_batches")
 
-    def add(self, rows: Iterable[tuple[MiniBatch, dict[str, Any] | None]], descriptors: bool = True) -> None:
+    def add(self, rows: Iterable[PlanRow], descriptors: bool = True) -> None:
         """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded.
+        File mini-batches keep their member files (and their tokens, when known) for the next plan.
         Without `descriptors` (the driver holds the mini-batches already) a row costs a fifth of the time."""
         pending, reused = [], []
-        for mb, reuse in rows:
+        for mb, reuse, tokens in rows:
             descriptor = pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors else None
-            plan = (mb.index, mb.fingerprint, mb.describe(), mb.items, mb.nbytes, descriptor)
+            members = encode_members(mb.paths) if mb.kind == "files" else None
+            plan = (
+                mb.index,
+                mb.fingerprint,
+                mb.describe(),
+                mb.items,
+                mb.nbytes,
+                descriptor,
+                members,
+                encode_tokens(tokens) if tokens else None,
+            )
             if reuse:
-                reused.append(
-                    (
-                        *plan,
-                        *(reuse["part"] or (None, None, None)),
-                        reuse["returned"],
-                        reuse["items_failed"],
-                        reuse["run_id"],
-                    )
-                )
+                part = reuse["part"] or (None, None, None)
+                reused.append((*plan, *part, reuse["returned"], reuse["items_failed"], reuse["run_id"]))
             else:
                 pending.append(plan)
         self._db.executemany(
-            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor) VALUES (?,?,?,?,?,?)",
+            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, members, tokens)"
+            " VALUES (?,?,?,?,?,?,?,?)",
             pending,
         )
         self._db.executemany(
-            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, part, part_offset,"
-            " part_length, returned, items_failed, reused_from, state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'succeeded')",
+            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, members, tokens, part,"
+            " part_offset, part_length, returned, items_failed, reused_from, state)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,'succeeded')",
             reused,
         )
+
+    def plan(self) -> Iterator[EarlierBatch]:
+        """The plan's file mini-batches with their members, in plan order: the base of a sticky rerun."""
+        query = "SELECT idx, members, tokens, fingerprint FROM mini_batches WHERE members IS NOT NULL ORDER BY idx"
+        for row in self._db.execute(query):
+            yield EarlierBatch(*row)
 
     def pending(self, chunk: int = 1000) -> Iterator[MiniBatch]:
         """Pending mini-batches in plan order, read a chunk at a time."""
@@ -194,10 +212,12 @@ class Ledger:
         worker: str,
         duration: float,
         fingerprint: str | None,
+        tokens: bytes | None = None,
     ) -> None:
-        """Written with the next `commit()`."""
+        """Written with the next `commit()`; `fingerprint` and `tokens` when the worker made them."""
+        part_fields = part or (None, None, None)
         self._successes.append(
-            (attempts, *(part or (None, None, None)), returned, items_failed, items, worker, duration, fingerprint, idx)
+            (attempts, *part_fields, returned, items_failed, items, worker, duration, fingerprint, tokens, idx)
         )
 
     def fail(
@@ -227,16 +247,21 @@ class Ledger:
             yield Part(*row)
 
     def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
-        """Succeeded results keyed by input fingerprint: what a later run may reuse."""
+        """Succeeded results keyed by input fingerprint: what a later run may reuse (`reused_from`: the
+        run that made a result this run took from it)."""
         rows = self._db.execute(
-            "SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items"
+            "SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items, reused_from"
             " FROM mini_batches WHERE state='succeeded' AND fingerprint IS NOT NULL"
         )
         return {
             fp: dict(
-                part=Part(path, offset, length) if path else None, returned=returned, items_failed=failed, items=items
+                part=Part(path, offset, length) if path else None,
+                returned=returned,
+                items_failed=failed,
+                items=items,
+                reused_from=origin,
             )
-            for fp, path, offset, length, returned, failed, items in rows
+            for fp, path, offset, length, returned, failed, items, origin in rows
         }
 
     def fingerprints(self) -> list[str | None]:

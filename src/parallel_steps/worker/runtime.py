@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..inputs.fingerprints import files_fingerprint
+from ..inputs.fingerprints import file_tokens, fingerprint_of
 from ..inputs.loaders import load
+from ..inputs.members import encode_tokens
 from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import copy_once, is_url
 from ..protocol import Outcome, WorkerSpec
@@ -103,9 +104,8 @@ class WorkerRuntime:
                 on_loaded(items)
             result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
-            outcome = Outcome(
-                ok=True, items=items, returned=count_rows(result), part=part, fingerprint=self._fingerprint(mini_batch)
-            )
+            fingerprint, tokens = self._fingerprint(mini_batch)
+            outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, tokens=tokens)
         except Exception as exc:
             outcome = Outcome(
                 ok=False,
@@ -172,10 +172,13 @@ class WorkerRuntime:
         self._downloads = tempfile.mkdtemp(prefix=f"parallel-steps-{self.spec.process_name}-")
         return self._downloads
 
-    def _fingerprint(self, mini_batch: MiniBatch) -> str | None:
+    def _fingerprint(self, mini_batch: MiniBatch) -> tuple[str | None, bytes | None]:
+        """The fingerprint and file tokens of a mini-batch the plan left unfingerprinted."""
         if mini_batch.fingerprint is not None:
-            return None
-        return files_fingerprint(mini_batch.paths, [None] * len(mini_batch.paths), self.spec.fingerprint_mode)
+            return None, None
+        paths = mini_batch.paths
+        tokens = file_tokens(paths, [None] * len(paths), self.spec.fingerprint_mode)
+        return fingerprint_of(paths, tokens), encode_tokens(tokens)
 
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         if self._profiler is None:

@@ -1,0 +1,178 @@
+"""Sticky plans for file inputs: a rerun keeps the earlier run's mini-batches and cuts only what is new.
+
+Mini-batches are cut from the listing by count, so one new file would shift every later
+boundary and nothing after it could be reused. Instead, given the earlier plan (each
+mini-batch's member files and their tokens), a rerun lists the inputs and:
+
+- keeps every earlier mini-batch whose files are all still there and unchanged (same
+  membership, so its committed result is reused, or it runs if it had none);
+- cuts the files that are new, changed, or belonged to a mini-batch that lost a file into
+  new mini-batches of exactly `batch_size` files (the last one may be smaller);
+- drops deleted files (their rows are not in the new output).
+
+Mini-batches are numbered in the order they are decided while the files are listed: an
+earlier one when the last of its files is listed, a new one when it is full (a partial one
+at the end of each input). The same inputs and earlier plan give the same plan.
+
+Memory stays bounded: the earlier plan is held as one text per mini-batch and one 8-byte
+hash per file (numpy arrays), never a Python object per file for the whole input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import storage
+from .datasets import FileDataset
+from .fingerprints import file_tokens, fingerprint_of
+from .members import EarlierBatch, decode_members, decode_tokens
+from .minibatch import MiniBatch
+from .planner import iter_file_runs
+
+_EXAMPLES = 5  # dropped mini-batches described in the diff
+
+
+@dataclass
+class PlanDiff:
+    """What a rerun changes against the earlier plan, and why."""
+
+    mini_batches_kept: int = 0
+    mini_batches_new: int = 0
+    mini_batches_dropped: int = 0
+    inputs_new: int = 0
+    inputs_changed: int = 0
+    inputs_deleted: int = 0
+    dropped: list[str] = field(default_factory=list)  # a few, with the reason
+
+
+class Planned(NamedTuple):
+    """A mini-batch of the new plan, the earlier mini-batch it keeps (None: new), its files' tokens."""
+
+    mini_batch: MiniBatch
+    kept: int | None
+    tokens: list[str]
+
+
+class _Earlier:
+    """The earlier plan, indexed: which earlier mini-batch a path belonged to (by hash, confirmed by name)."""
+
+    def __init__(self, batches: Iterable[EarlierBatch]):
+        self.batches: dict[int, EarlierBatch] = {}
+        self.sizes: dict[int, int] = {}  # files per earlier mini-batch
+        hashes, owners = [], []
+        for batch in batches:
+            members = decode_members(batch.members)
+            self.batches[batch.index] = batch
+            self.sizes[batch.index] = len(members)
+            hashes.append(np.fromiter(map(hash, members), dtype=np.int64, count=len(members)))
+            owners.append(np.full(len(members), batch.index, dtype=np.int64))
+        hashes_all = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.int64)
+        owners_all = np.concatenate(owners) if owners else np.empty(0, dtype=np.int64)
+        order = np.argsort(hashes_all, kind="stable")
+        self._hashes, self._owners = hashes_all[order], owners_all[order]
+
+    def owners(self, paths: list[str]) -> list[int]:
+        """The earlier mini-batch of each path (-1: none). A hash collision is caught later by name."""
+        if not len(self._hashes):
+            return [-1] * len(paths)
+        keys = np.fromiter(map(hash, paths), dtype=np.int64, count=len(paths))
+        where = np.minimum(np.searchsorted(self._hashes, keys), len(self._hashes) - 1)
+        found = self._hashes[where] == keys
+        return np.where(found, self._owners[where], -1).tolist()
+
+
+class IncrementalPlanner:
+    """Plans file inputs against an earlier plan (see the module docstring); `diff` says what changed."""
+
+    def __init__(self, datasets: list[FileDataset], batch_size: int, mode: str, earlier: Iterable[EarlierBatch]):
+        self.datasets, self.batch_size, self.mode = datasets, batch_size, mode
+        self._earlier = _Earlier(earlier)
+        self.diff = PlanDiff()
+        self._open: dict[int, list[tuple[str, Any]]] = {}  # earlier index -> (path, stat) of its files seen
+        self._decided: set[int] = set()
+        self._pending: list[tuple[str, Any]] = []  # files waiting for a new mini-batch
+        self._index = 0
+
+    def mini_batches(self) -> Iterator[Planned]:
+        for dataset in self.datasets:
+            for run in iter_file_runs(dataset.path):
+                for path, owner in zip(run, self._earlier.owners(run)):
+                    yield from self._file(path, storage.stat(path), owner)
+            for owner in list(self._open):  # what is still open lost files (or never had all of them)
+                yield from self._decide(owner)
+            yield from self._flush(final=True)
+        for index, batch in self._earlier.batches.items():  # earlier mini-batches none of whose files is left
+            if index not in self._decided:
+                self._drop(batch, deleted=self._earlier.sizes[index], changed=0)
+
+    def _file(self, path: str, stat: Any, owner: int) -> Iterator[Planned]:
+        if owner < 0 or owner in self._decided:
+            self.diff.inputs_new += 1
+            self._pending.append((path, stat))
+            yield from self._flush()
+            return
+        seen = self._open.setdefault(owner, [])
+        seen.append((path, stat))
+        if len(seen) == self._earlier.sizes[owner]:
+            yield from self._decide(owner)
+
+    def _decide(self, owner: int) -> Iterator[Planned]:
+        """Keep an earlier mini-batch whose files are all there unchanged; else its files go to new ones."""
+        batch, seen = self._earlier.batches[owner], self._open.pop(owner)
+        self._decided.add(owner)
+        members = decode_members(batch.members)
+        names = set(members)
+        present = [(path, stat) for path, stat in seen if path in names]
+        strays = [(path, stat) for path, stat in seen if path not in names]  # a hash collision: new files
+        tokens = file_tokens([p for p, _ in present], [s for _, s in present], self.mode)
+        earlier_tokens = decode_tokens(batch.tokens)
+        by_path = dict(zip(members, earlier_tokens)) if earlier_tokens else {}
+        changed = sum(1 for (path, _), token in zip(present, tokens) if by_path and by_path[path] != token)
+        deleted = len(members) - len(present)
+        if deleted == 0 and changed == 0:
+            self.diff.mini_batches_kept += 1
+            yield self._emit(present, tokens, kept=owner)
+        else:
+            self._drop(batch, deleted, changed)
+            self._pending += present
+        self.diff.inputs_new += len(strays)
+        self._pending += strays
+        yield from self._flush()
+
+    def _drop(self, batch: EarlierBatch, deleted: int, changed: int) -> None:
+        self.diff.mini_batches_dropped += 1
+        self.diff.inputs_deleted += deleted
+        self.diff.inputs_changed += changed
+        if len(self.diff.dropped) < _EXAMPLES:
+            why = ", ".join(f"{n} {what}" for n, what in ((changed, "changed"), (deleted, "deleted")) if n)
+            first = decode_members(batch.members)[0]
+            self.diff.dropped.append(f"earlier mini-batch {batch.index} ({first} ..): {why} file(s)")
+
+    def _flush(self, final: bool = False) -> Iterator[Planned]:
+        while len(self._pending) >= self.batch_size or (final and self._pending):
+            group, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
+            tokens = file_tokens([p for p, _ in group], [s for _, s in group], self.mode)
+            self.diff.mini_batches_new += 1
+            yield self._emit(group, tokens, kept=None)
+
+    def _emit(self, files: list[tuple[str, Any]], tokens: list[str], kept: int | None) -> Planned:
+        paths = tuple(path for path, _ in files)
+        mini_batch = MiniBatch(
+            index=self._index,
+            kind="files",
+            paths=paths,
+            fingerprint=fingerprint_of(paths, tokens),
+            nbytes=sum(stat.st_size for _, stat in files),
+            items=len(paths),
+        )
+        self._index += 1
+        return Planned(mini_batch, kept, tokens)
+
+
+def is_incremental(datasets: list[Any], partition_keys: list[str] | None) -> bool:
+    """Whether sticky planning applies: file inputs not grouped by keys."""
+    return not partition_keys and all(isinstance(d, FileDataset) for d in datasets)
