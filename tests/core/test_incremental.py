@@ -139,6 +139,7 @@ def test_plan_diff_tells_what_would_run_and_why_without_running(tmp_path, scored
     add_files(tmp_path / "data", 15, random.Random(3))
     (tmp_path / "data" / sorted(scored)[10]).write_text("changed\n")
     (tmp_path / "data" / sorted(scored)[1500]).unlink()
+
     def files():  # SQLite's shared-memory files of the ledgers it reads aside
         return sorted(str(p) for p in (tmp_path / "runs").rglob("*") if not p.name.endswith(("-shm", "-wal")))
 
