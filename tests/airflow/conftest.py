@@ -80,10 +80,11 @@ class DagRun:
 
 @pytest.fixture
 def run_dag(airflow_db, tmp_path):
-    """`run_dag(dag_id, conf)` runs `airflow dags test DAG -c CONF` with this test's run root."""
+    """`run_dag(dag_id, conf, logical_date)` runs `airflow dags test DAG [DATE] -c CONF` with this test's run root."""
 
-    def run(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
-        args = ["dags", "test", dag_id] + (["-c", json.dumps(conf)] if conf else [])
+    def run(dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None) -> DagRun:
+        args = ["dags", "test", dag_id, *([logical_date] if logical_date else [])]
+        args += ["-c", json.dumps(conf)] if conf else []
         result = airflow_cli(*args, env={"PARALLEL_STEPS_HOME": str(tmp_path / "runs")}, timeout=600)
         log = result.stdout + result.stderr
         with sqlite3.connect(airflow_db) as db:

@@ -71,3 +71,20 @@ def test_mapped_dag_runs_one_step_per_folder_each_in_its_own_run_directory(run_d
         assert len(lines) == 12
         assert all(line.startswith(f"shard-{shard}/") for line in lines)
     assert run.xcom("total") == {"steps": 3, "files": 36, "mini_batches": 9}
+
+
+def test_daily_dag_runs_only_the_new_days_files(run_dag, tmp_path):
+    first = run_dag("parallel_run_daily", logical_date="2026-11-29")
+    assert first.returncode == 0, first.log[-5000:]
+    day1 = first.xcom("score_incoming")
+    assert (day1["mini_batches_total"], day1["inputs_new"], day1["mini_batches_reused"]) == (3, 25, 0)
+
+    second = run_dag("parallel_run_daily", logical_date="2026-11-30")
+    assert second.returncode == 0, second.log[-5000:]
+    day2 = second.xcom("score_incoming")
+    assert day2["run_dir"] != day1["run_dir"]  # each DAG run has its own run directory
+    assert (day2["mini_batches_total"], day2["mini_batches_reused"], day2["mini_batches_run"]) == (6, 3, 3)
+    assert (day2["inputs_new"], day2["inputs_changed"], day2["inputs_deleted"]) == (25, 0, 0)
+    rows = Path(day2["output_file"]).read_text().splitlines()
+    assert len(rows) == 50
+    assert len({row.split(":")[0] for row in rows}) == 50  # every file's row, old and new, once

@@ -91,3 +91,17 @@ class TestDigitsFlow:
         assert sorted(Path(resized["output_file"]).read_text().splitlines()) == sorted(
             Path(first["output_file"]).read_text().splitlines()
         )
+
+
+def test_the_daily_flow_runs_only_the_new_days_files(example_flows, tmp_path):
+    import daily_flow
+
+    incoming = str(tmp_path / "incoming")
+    day1 = daily_flow.score_daily("2026-11-29", incoming=incoming, output=str(tmp_path / "out1"))
+    assert (day1["mini_batches_total"], day1["inputs_new"], day1["mini_batches_reused"]) == (3, 25, 0)
+    day2 = daily_flow.score_daily("2026-11-30", incoming=incoming, output=str(tmp_path / "out2"))
+    assert day2["run_dir"] != day1["run_dir"]
+    assert (day2["mini_batches_total"], day2["mini_batches_reused"], day2["mini_batches_run"]) == (6, 3, 3)
+    assert (day2["inputs_new"], day2["inputs_changed"], day2["inputs_deleted"]) == (25, 0, 0)
+    rows = Path(day2["output_file"]).read_text().splitlines()
+    assert len({row.split(":")[0] for row in rows}) == len(rows) == 50
