@@ -114,12 +114,9 @@ class LocalWorkerPool(WorkerPool):
     # Feeding and waiting ----------------------------------------------------------------
 
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
-        self._check_open()
-        handle = self._handles.get(worker.id)
+        handle = self._ready(worker)
         if handle is None:
-            return  # lost since the driver last looked: its Lost event sends this one elsewhere
-        if handle.state is not WorkerState.READY:
-            raise RuntimeError(f"worker {worker.id} is {handle.state.value}, not ready")
+            return
         handle.queue[mini_batch.index] = timeout
         handle.outbox.append((mini_batch, attempt))
 

@@ -160,12 +160,9 @@ class RayWorkerPool(WorkerPool):
     # Feeding and waiting ------------------------------------------------------------------------
 
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
-        self._check_open()
-        handle = self._handles.get(worker.id)
+        handle = self._ready(worker)
         if handle is None:
-            return  # lost since the driver last looked: its Lost event sends this one elsewhere
-        if handle.state is not WorkerState.READY:
-            raise RuntimeError(f"worker {worker.id} is {handle.state.value}, not ready")
+            return
         ref = handle.actor.run.remote(mini_batch, attempt, timeout)
         self._refs[ref] = ("run", worker.id)
         handle.queue.append(_Queued(mini_batch, attempt, timeout, ref))
