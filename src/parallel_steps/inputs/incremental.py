@@ -20,6 +20,8 @@ hash per file (numpy arrays), never a Python object per file for the whole input
 
 from __future__ import annotations
 
+import array
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -58,22 +60,22 @@ class Planned(NamedTuple):
 
 
 class _Earlier:
-    """The earlier plan, indexed: which earlier mini-batch a path belonged to (by hash, confirmed by name)."""
+    """The earlier plan, indexed: which earlier mini-batch a path belonged to (by hash, confirmed by name).
+    One text per earlier mini-batch and two 8-byte numbers per file."""
 
     def __init__(self, batches: Iterable[EarlierBatch]):
         self.batches: dict[int, EarlierBatch] = {}
         self.sizes: dict[int, int] = {}  # files per earlier mini-batch
-        hashes, owners = [], []
+        hashes, owners = array.array("q"), array.array("q")
         for batch in batches:
             members = decode_members(batch.members)
             self.batches[batch.index] = batch
             self.sizes[batch.index] = len(members)
-            hashes.append(np.fromiter(map(hash, members), dtype=np.int64, count=len(members)))
-            owners.append(np.full(len(members), batch.index, dtype=np.int64))
-        hashes_all = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.int64)
-        owners_all = np.concatenate(owners) if owners else np.empty(0, dtype=np.int64)
-        order = np.argsort(hashes_all, kind="stable")
-        self._hashes, self._owners = hashes_all[order], owners_all[order]
+            hashes.extend(map(hash, members))
+            owners.extend(itertools.repeat(batch.index, len(members)))
+        order = np.argsort(np.frombuffer(hashes, dtype=np.int64), kind="stable")
+        self._hashes = np.frombuffer(hashes, dtype=np.int64)[order]
+        self._owners = np.frombuffer(owners, dtype=np.int64)[order]
 
     def owners(self, paths: list[str]) -> list[int]:
         """The earlier mini-batch of each path (-1: none). A hash collision is caught later by name."""

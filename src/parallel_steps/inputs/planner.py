@@ -25,7 +25,8 @@ from .minibatch import MiniBatch
 from .storage import GLOB_CHARS, is_url, list_url, open_input
 from .tables import plan_schema, read_table, record_boundaries
 
-_IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
+_IGNORED_PREFIXES = (".", "_")
+_RUN = 10_000  # paths listed at a time  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
 
 
 @dataclass
@@ -284,12 +285,17 @@ def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[list[str]]:
     prefix, start = os.path.join(folder, ""), 0
     for name in folders:
         end = bisect.bisect_left(files, name, start)
-        if end > start:
-            yield [prefix + file for file in files[start:end]]
+        yield from _paths(prefix, files, start, end)
         start = end
         yield from _walk_folder(prefix + name, skip_hidden)
-    if start < len(files):
-        yield [prefix + file for file in files[start:]]
+    yield from _paths(prefix, files, start, len(files))
+
+
+def _paths(prefix: str, names: list[str], start: int, end: int) -> Iterator[list[str]]:
+    """Full paths of names[start:end], a bounded run at a time: a folder of a million files is held once,
+    as names, not twice."""
+    for first in range(start, end, _RUN):
+        yield [prefix + name for name in names[first : min(end, first + _RUN)]]
 
 
 def _hidden(url: str, spec: str) -> bool:
