@@ -112,7 +112,8 @@ class InitFailed(Event):
 
 @dataclass(frozen=True)
 class ItemsLoaded(Event):
-    """The worker loaded a mini-batch whose item count only reading could tell."""
+    """The worker loaded a mini-batch whose item count only reading could tell. Advisory: a pool may
+    drop it when the mini-batch finishes first (`Finished.outcome.items` carries the count too)."""
 
     mini_batch: int
     items: int

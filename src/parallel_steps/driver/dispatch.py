@@ -259,11 +259,8 @@ class Driver:
         if self.health.init_failed(worker, event.error):
             self._replace(worker, "init_failed", error_line(event.error))
         elif not was_stopped:
-            self.log.error(
-                "node %s: init() failed %d times; no more workers start there",
-                worker.node_id,
-                3 * self.pool.settings.process_count_per_node,
-            )
+            failures = self.health.init_failures_on(worker.node_index)
+            self.log.error("node %s: init() failed %d times; no more workers start there", worker.node_id, failures)
 
     def _replace(self, worker: WorkerInfo, reason: str, detail: str) -> None:
         self.pool.replace(worker)

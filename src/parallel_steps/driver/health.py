@@ -103,6 +103,9 @@ class JobHealth:
         self._check_init_policy()
         return worker.node_index not in self._stopped_nodes
 
+    def init_failures_on(self, node_index: int) -> int:
+        return self._init_failures_by_node[node_index]
+
     def node_stopped(self, node_index: int) -> bool:
         return node_index in self._stopped_nodes
 
