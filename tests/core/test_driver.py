@@ -250,7 +250,7 @@ def mini_batches(count: int, items: int = 1) -> list[MiniBatch]:
 
 def whole_plan(ledger: Ledger, counters: Counters, plan: list[MiniBatch]) -> Iterator[MiniBatch]:
     """The plan written before the driver starts (a resume, or a run with something to reuse)."""
-    ledger.add([(mb, None) for mb in plan])
+    ledger.add([(mb, None, None) for mb in plan])
     counters.mini_batches_total = len(plan)
     return iter(plan)
 
@@ -261,7 +261,7 @@ def streamed_plan(ledger: Ledger, counters: Counters, plan: list[MiniBatch]) -> 
 
     def stream() -> Iterator[MiniBatch]:
         for mb in plan:
-            ledger.add([(mb, None)], descriptors=False)
+            ledger.add([(mb, None, None)], descriptors=False)
             counters.mini_batches_total += 1
             yield mb
         counters.planning = False
