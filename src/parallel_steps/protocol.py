@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .store.logs import WorkerLogPaths
@@ -65,7 +65,7 @@ class Outcome:
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
     tokens: bytes | None = None  # with each file's size and mtime (or hash), encoded for the ledger
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
         return Outcome, (
             self.ok,

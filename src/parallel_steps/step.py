@@ -355,15 +355,17 @@ class _StepRun:
             status,
             reason,
             self.started_at,
-            run_id=run.run_id,
-            name=self.config.name,
-            run_dir=str(run.path),
-            output=run.output_url or str(run.output_dir),
-            output_file=self.output_file if status == "Succeeded" else None,
-            shutdown_cut_off=self.shutdown_cut_off,
-            restarts=self.restarts,
-            job_result=str(run.logs.job_result),
-            config=public_config(self.config),
+            RunSummary(
+                run_id=run.run_id,
+                name=self.config.name,
+                run_dir=str(run.path),
+                output=run.output_url or str(run.output_dir),
+                output_file=self.output_file if status == "Succeeded" else None,
+                shutdown_cut_off=self.shutdown_cut_off,
+                restarts=self.restarts,
+                job_result=str(run.logs.job_result),
+                config=public_config(self.config),
+            ),
         )
 
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:

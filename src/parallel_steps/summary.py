@@ -111,8 +111,8 @@ class Counters:
         self.items_total += items
         self.items_failed += items
 
-    def counts(self) -> dict[str, int]:
-        return dict(
+    def counts(self) -> RunSummary:
+        return RunSummary(
             items_total=self.items_total,
             items_succeeded=self.items_succeeded,
             items_failed=self.items_failed,
@@ -132,36 +132,44 @@ class Counters:
     @classmethod
     def of(cls, summary: RunSummary) -> Counters:
         """The counts of an earlier run's summary (to judge them against this run's thresholds)."""
-        names = ("mini_batches_total", "mini_batches_succeeded", "mini_batches_failed", "items_failed")
-        return cls(**{name: summary.get(name, 0) for name in names})  # type: ignore[misc]
+        return cls(
+            mini_batches_total=summary.get("mini_batches_total", 0),
+            mini_batches_succeeded=summary.get("mini_batches_succeeded", 0),
+            mini_batches_failed=summary.get("mini_batches_failed", 0),
+            items_failed=summary.get("items_failed", 0),
+        )
 
 
 def snapshot(counters: Counters, elapsed: float, busy: int, idle: int) -> RunSummary:
     """A progress snapshot: the counts, the rate of this run and the time left."""
     remaining = counters.mini_batches_total - counters.done
     rate = counters.run / elapsed if elapsed > 0 else 0.0
-    return RunSummary(
-        status="Running",
-        **counters.counts(),
-        mini_batches_done=counters.done,
-        elapsed_s=round(elapsed, 3),
-        rate_per_s=round(rate, 3),
-        eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
-        workers_busy=busy,
-        workers_idle=idle,
+    summary = RunSummary(status="Running")
+    summary.update(counters.counts())
+    summary.update(
+        RunSummary(
+            mini_batches_done=counters.done,
+            elapsed_s=round(elapsed, 3),
+            rate_per_s=round(rate, 3),
+            eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
+            workers_busy=busy,
+            workers_idle=idle,
+        )
     )
+    return summary
 
 
-def summarize(counters: Counters, status: str, reason: str, started_at: float, **fields: Any) -> RunSummary:
+def summarize(counters: Counters, status: str, reason: str, started_at: float, fields: RunSummary) -> RunSummary:
     """A run's summary from its counts; `fields` are the rest (run_id, run_dir, output, config, ...)."""
     ended = time.time()
-    return RunSummary(
-        status=status,
-        status_reason=reason,
-        reused=False,
-        **counters.counts(),
-        started_at=timestamp(started_at),
-        ended_at=timestamp(ended) if status in TERMINAL else None,
-        elapsed_s=round(ended - started_at, 3),
-        **fields,
+    summary = RunSummary(status=status, status_reason=reason, reused=False)
+    summary.update(counters.counts())
+    summary.update(
+        RunSummary(
+            started_at=timestamp(started_at),
+            ended_at=timestamp(ended) if status in TERMINAL else None,
+            elapsed_s=round(ended - started_at, 3),
+        )
     )
+    summary.update(fields)
+    return summary

@@ -162,8 +162,8 @@ class Driver:
     def _next_mini_batch(self) -> tuple[MiniBatch, int] | None:
         if self._retry:
             return self._retry.popleft()
-        if self._peek_pending():
-            mini_batch, self._lookahead = self._lookahead, None
+        if self._peek_pending() and (mini_batch := self._lookahead) is not None:
+            self._lookahead = None
             return mini_batch, 1
         return None
 

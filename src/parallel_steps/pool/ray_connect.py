@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import time
+from typing import Any
 
 import ray
 
@@ -30,7 +31,7 @@ class RayConnection:
     def open(self) -> None:
         if ray.is_initialized():
             return
-        quiet = dict(logging_level=logging.WARNING, log_to_driver=False)
+        quiet: dict[str, Any] = dict(logging_level=logging.WARNING, log_to_driver=False)
         self._saved_auth_mode = os.environ.get("RAY_AUTH_MODE")
         if self.address:
             _check_reachable(self.address)

@@ -276,10 +276,10 @@ class RayWorkerPool(WorkerPool):
         for handle in list(self._handles.values()):
             if handle.kill_at is not None and now >= handle.kill_at:
                 summary = hang_summary(handle.logs.error) if handle.loss is LossReason.TIMED_OUT else ""
-                self._give_up(handle, handle.loss, handle.loss_detail + summary)
+                self._give_up(handle, handle.loss or LossReason.CRASHED, handle.loss_detail + summary)
             elif handle.state is WorkerState.READY and handle.deadline is not None and now >= handle.deadline:
                 head = handle.queue[0]
-                detail = timed_out_detail(head.timeout, head.mini_batch.index)
+                detail = timed_out_detail(head.timeout or 0.0, head.mini_batch.index)
                 note_hang(handle.logs, detail)
                 handle.state, handle.deadline = WorkerState.STOPPING, None  # results that still come are not taken
                 handle.loss, handle.loss_detail = LossReason.TIMED_OUT, detail

@@ -117,7 +117,7 @@ class RunLogs:
         logger.addHandler(self._master_handler)
         return logger
 
-    def record_attempt(self, row: list) -> None:
+    def record_attempt(self, row: list[Any]) -> None:
         """One row of processed_mini-batches.csv, values in PROCESSED_COLUMNS order (buffered)."""
         if self._processed_writer is None:
             new = not self.processed.exists()
