@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .azure.azureml_shim import count_metrics, metrics_path
 from .config import ParallelRunConfig, dump_json
 from .driver import Counters, Driver, EventCallback, ProgressCallback, threshold_breach
 from .errors import ConfigError, InputError, StepFailed
@@ -75,19 +76,23 @@ def run_step(
 def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -> str:
     """The step's reuse key (DESIGN.md section 6), computed without running: equal keys mean an
     earlier successful run's output is reused. Integrations use it as their cache key."""
-    script, side_inputs = _check(config, entry_callables)
-    code = _code_key(config, script, entry_callables, side_inputs)
+    script, side_inputs, models = _check(config, entry_callables)
+    code = _code_key(config, script, entry_callables, side_inputs, models)
     planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
     return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
 
 
 def _code_key(
-    config: ParallelRunConfig, script: Path | None, entry_callables: bytes | None, side_inputs: dict[str, str]
+    config: ParallelRunConfig,
+    script: Path | None,
+    entry_callables: bytes | None,
+    side_inputs: dict[str, str],
+    models: dict[str, str],
 ) -> str:
     skip = [config.resolved_run_root()]
     if config.output and not is_url(config.output):
         skip.append(Path(config.output))
-    return code_key(config, script, entry_callables, side_inputs, skip=skip)
+    return code_key(config, script, entry_callables, side_inputs, models, skip=skip)
 
 
 class ParallelRunStep:
@@ -148,8 +153,8 @@ class _StepRun:
         self.entry_callables = entry_callables
         self.on_progress, self.on_event = on_progress, on_event
         self.cancel = cancel or threading.Event()
-        self.entry_script, self.side_inputs = _check(config, entry_callables)
-        self.code = _code_key(config, self.entry_script, entry_callables, self.side_inputs)
+        self.entry_script, self.side_inputs, self.models = _check(config, entry_callables)
+        self.code = _code_key(config, self.entry_script, entry_callables, self.side_inputs, self.models)
         self.run_root = config.resolved_run_root()
         self.requested_dir = Path(run_dir).absolute() if run_dir else None
         self.requested_id = run_id
@@ -355,6 +360,10 @@ class _StepRun:
         logs = self.logs
         log = self.log = logs.master_logger(self.run_id)
         log.info("run %s of step %s in %s", self.run_id, self.config.name, self.run_dir)
+        if self.config.ignored_fields:
+            log.info(
+                "%s: accepted as ParallelRunConfig takes them, no effect here", ", ".join(self.config.ignored_fields)
+            )
         if not self.counters.planning:
             self._log_plan()
         write_summary(
@@ -450,6 +459,8 @@ class _StepRun:
                 source_directory=config.source_directory,
                 arguments=arguments,
                 side_inputs=self.side_inputs,
+                models=self.models,
+                metrics_log=str(metrics_path(logs.root, node_id, process_name)),
                 logging_level=config.logging_level,
                 profile=config.profiling_module == "cProfile",
                 fingerprint_mode=config.reuse_fingerprint,
@@ -506,6 +517,7 @@ class _StepRun:
             run_dir=str(self.run_dir),
             output=self.output_url or str(self.output_dir),
             output_file=str(output_file) if output_file and status == "Succeeded" else None,
+            append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
             items_total=counters.items_total,
             items_succeeded=counters.items_succeeded,
             items_failed=counters.items_failed,
@@ -520,6 +532,7 @@ class _StepRun:
             ended_at=timestamp(ended) if status != "Running" else None,
             elapsed_s=round(ended - self.started_at, 3),
             restarts=self.restarts,
+            metrics_logged=count_metrics(logs.root),
             job_result=str(logs.job_result),
             config=dump_json(self.config),
         )
@@ -545,8 +558,11 @@ class _StepRun:
 # Checks before anything is written -------------------------------------------------------------
 
 
-def _check(config: ParallelRunConfig, entry_callables: bytes | None) -> tuple[Path | None, dict[str, str]]:
-    """Everything a run needs that can be checked up front; returns the entry script and side-input paths."""
+def _check(
+    config: ParallelRunConfig, entry_callables: bytes | None
+) -> tuple[Path | None, dict[str, str], dict[str, str]]:
+    """Everything a run needs that can be checked up front; returns the entry script and the paths of
+    the side inputs and models."""
     if not config.inputs:
         raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
     if config.source_directory and not Path(config.source_directory).is_dir():
@@ -558,13 +574,20 @@ def _check(config: ParallelRunConfig, entry_callables: bytes | None) -> tuple[Pa
     script = None
     if entry_callables is None:
         script = entry_script_path(config)
-    side_inputs = {}
-    for name, path in config.side_inputs.items():
-        if not is_url(path) and not os.path.exists(path):
-            raise InputError(path, f"side input {name!r} not found")
-        side_inputs[name] = path if is_url(path) else os.path.abspath(path)
+    side_inputs = _data_paths(config.side_inputs, "side input")
+    models = _data_paths(config.models, "model")
     _substitute(config.arguments, config.side_inputs, side_inputs)
-    return script, side_inputs
+    return script, side_inputs, models
+
+
+def _data_paths(entries: dict[str, str], kind: str) -> dict[str, str]:
+    """Side inputs or models: each must exist (URLs are read by the workers); local paths become absolute."""
+    paths = {}
+    for name, path in entries.items():
+        if not is_url(path) and not os.path.exists(path):
+            raise InputError(path, f"{kind} {name!r} not found")
+        paths[name] = path if is_url(path) else os.path.abspath(path)
+    return paths
 
 
 def check_inputs(config: ParallelRunConfig, entry_callables: bytes | None = None) -> None:
