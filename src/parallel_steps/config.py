@@ -107,7 +107,7 @@ class ParallelRunConfig(BaseModel):
     allowed_failed_count: int | None = Field(
         None,
         ge=-1,
-        description="ParallelRunConfig's name of the same threshold: failed mini-batches tolerated before the job "
+        description="ParallelRunConfig's name for mini_batch_error_threshold: failed mini-batches tolerated before the job "
         "fails; -1 ignores them. When both are set, the job fails once either is exceeded.",
     )
     allowed_failed_percent: float = Field(

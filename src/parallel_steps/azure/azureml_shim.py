@@ -78,7 +78,11 @@ class Run:
     def get_context(cls, allow_offline: bool = True, **_: Any) -> Run:
         """This worker's run (one per worker, as the real `Run.get_context()` returns one per process)."""
         if cls._context is None:
-            cls._context = cls(f"OfflineRun_{os.environ.get('PARALLEL_STEPS_PROCESS_NAME', os.getpid())}")
+            node, process = (
+                os.environ.get("PARALLEL_STEPS_NODE_INDEX", "0"),
+                os.environ.get("PARALLEL_STEPS_PROCESS_NAME", ""),
+            )
+            cls._context = cls(f"OfflineRun_node{node}_{process or os.getpid()}")
         return cls._context
 
     def log(self, name: str, value: Any, description: str = "") -> None:

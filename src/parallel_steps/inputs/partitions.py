@@ -2,8 +2,8 @@
 
 `partition_format` (FileDataset and TabularDataset, as in Azure's `from_files`) describes
 the end of a file's path: `/{user}/{season}/{genres}.wav` gives `user`, `season` and
-`genres` as strings, `{day:yyyy/MM/dd}` gives a datetime, `*` matches within one folder
-and `**` across folders. Tables without one read hive folders (`Store=2/Brand=x/`, what
+`genres` as strings, `{day:yyyy/MM/dd}` gives a datetime, and `*` matches within a folder.
+Tables without one read hive folders (`Store=2/Brand=x/`, what
 Spark and pyarrow write) as columns, numbers as ints, like pyarrow.
 """
 
@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 from .storage import GLOB_CHARS
 
-_PIECES = re.compile(r"(\{[^{}]*\}|\*\*|\*)")
+_PIECES = re.compile(r"(\{[^{}]*\}|\*)")
 _DATE_TOKENS = {"yyyy": ("%Y", r"\d{4}"), "MM": ("%m", r"\d{2}"), "dd": ("%d", r"\d{2}")}
 _DATE_TOKENS |= {"HH": ("%H", r"\d{2}"), "mm": ("%M", r"\d{2}"), "ss": ("%S", r"\d{2}")}
 _DATE_SPLIT = re.compile("(" + "|".join(_DATE_TOKENS) + ")")
@@ -43,8 +43,6 @@ class PartitionFormat:
         self._regex = re.compile(anchor + pattern + "$")
 
     def _piece(self, piece: str) -> str:
-        if piece == "**":
-            return ".*"
         if piece == "*":
             return "[^/]*"
         if not piece.startswith("{"):
