@@ -26,7 +26,7 @@ with DAG(
     catchup=False,
     tags=["parallel-steps", "example", "azure-ml"],
     doc_md=__doc__,
-):
+) as dag:
 
     @task
     def prepare() -> None:
