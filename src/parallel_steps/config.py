@@ -199,10 +199,10 @@ class ParallelRunConfig(BaseModel):
     )
 
     # Accepted as ParallelRunConfig takes them; no effect here.
-    environment: str | dict[str, Any] | None = Field(
+    environment: str | None = Field(
         None,
-        description="ParallelRunConfig's Azure ML environment (a name, a mapping, or an Environment, kept as its "
-        "name): accepted, no effect; workers run in the Python environment of the run.",
+        description="ParallelRunConfig's Azure ML environment: accepted, no effect (workers run in the Python "
+        "environment of the run); an Environment object or a mapping is kept as its name.",
     )
     compute_target: str | None = Field(
         None,
@@ -246,10 +246,12 @@ class ParallelRunConfig(BaseModel):
     @field_validator("environment", "compute_target", mode="before")
     @classmethod
     def _azure_object(cls, value: Any) -> Any:
-        """An Azure ML object (Environment, ComputeTarget) is kept as its name: the summary is JSON."""
-        if value is None or isinstance(value, (str, dict)):
+        """An Azure ML object (Environment, ComputeTarget) or mapping is kept as its name only: the summary is
+        published, and an environment's definition may hold registry credentials."""
+        if value is None or isinstance(value, str):
             return value
-        return str(getattr(value, "name", None) or value)
+        name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+        return str(name or type(value).__name__)
 
     @field_validator("arguments", mode="before")
     @classmethod

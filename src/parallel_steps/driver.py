@@ -98,7 +98,7 @@ def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | Non
     `allowed_failed_count`, `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
     if 0 <= config.error_threshold < counters.items_failed:
         return f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items failed"
-    for name in ("mini_batch_error_threshold", "allowed_failed_count"):  # ParallelRunConfig's name of the same
+    for name in ("mini_batch_error_threshold", "allowed_failed_count"):  # the v2 and the v1 name of one threshold
         limit = getattr(config, name)
         if limit is not None and 0 <= limit < counters.mini_batches_failed:
             return f"{name} {limit} exceeded: {counters.mini_batches_failed} mini-batches failed"

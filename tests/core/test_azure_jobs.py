@@ -125,6 +125,13 @@ def test_mltable_inputs_are_tables_or_files(tmp_path):
     assert files.partition_keys == ["genre"]
 
 
+def test_a_uri_file_input_is_one_file_and_without_a_size_a_mini_batch_holds_one_file(tmp_path):
+    job = JOB.replace("{type: uri_folder, path: data, mode: ro_mount}", "{type: uri_file, path: data/one.png}")
+    config = load_job(write_job(tmp_path, job.replace('mini_batch_size: "3"\n', "")))
+    assert [(d.type, d.path) for d in config.inputs] == [("files", [str(tmp_path / "data" / "one.png")])]
+    assert config.mini_batch_size == 1  # the v2 default
+
+
 def test_an_output_azure_ml_places_goes_to_the_run_folder_under_its_file_name(tmp_path):
     job = JOB.replace(
         "path: out/scores.csv", "path: 'azureml://datastores/${{default_datastore}}/paths/${{name}}/aggregated.csv'"

@@ -226,6 +226,10 @@ class TestParallelRunConfigFields:
         with pytest.raises(StepFailed, match="allowed_failed_count 1 exceeded: 2 mini-batches failed"):
             run_step(step(mini_batch_size=1, run_max_try=1, allowed_failed_count=1, allow_reuse=False))
 
+    def test_an_environment_definition_is_kept_as_its_name_only(self):
+        definition = {"name": "batch_environment", "docker": {"base_image_registry": {"password": "secret"}}}
+        assert ParallelRunConfig(environment=definition).environment == "batch_environment"
+
     def test_logging_level_takes_pythons_names(self):
         assert ParallelRunConfig(logging_level="WARN").logging_level == "WARNING"
         assert ParallelRunConfig(logging_level="fatal").logging_level == "CRITICAL"
