@@ -46,6 +46,8 @@ class WorkerSpec:
     source_directory: str | None = None
     arguments: list[str] = field(default_factory=list)
     side_inputs: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # name -> path, for azureml.core's Model.get_model_path
+    metrics_log: str | None = None  # where azureml.core's Run log calls go
     logging_level: str = "INFO"
     profile: bool = False
     fingerprint_mode: str = "stat"

@@ -1,8 +1,8 @@
 """Reuse (DESIGN.md section 6): what determines a step's results, hashed; where earlier results are found.
 
 The code key covers everything but the inputs: the entry script, the
-source directory, arguments, side inputs, the fields that change results, and
-the project's version. Each mini-batch adds its own input fingerprint, so a
+source directory, arguments, side inputs, models, the fields that change results,
+and the project's version. Each mini-batch adds its own input fingerprint, so a
 result is reusable when the code key and that fingerprint are unchanged; the
 step key (code key plus every fingerprint) identifies a whole run. Speed-only
 fields (node and process counts, timeouts, logging, backend) are left out.
@@ -43,6 +43,7 @@ def code_key(
     entry_script: Path | None,
     entry_callables: bytes | None,
     side_inputs: dict[str, str],
+    models: dict[str, str],
     skip: Iterable[Path] = (),
 ) -> str:
     """The key of everything except the inputs; `skip` leaves run and output folders out of the source tree."""
@@ -53,10 +54,11 @@ def code_key(
         digest.update(b"script\0" + content_hash(str(entry_script)).encode())
     if config.source_directory:
         _tree(digest, Path(config.source_directory), config.reuse_fingerprint, {Path(p).resolve() for p in skip})
-    for name, path in sorted(side_inputs.items()):
-        digest.update(f"side_input\0{name}\0".encode())
-        for file, stat in iter_files([path]):
-            digest.update(file_identity(file, stat, config.reuse_fingerprint))
+    for kind, entries in (("side_input", side_inputs), ("model", models)):
+        for name, path in sorted(entries.items()):
+            digest.update(f"{kind}\0{name}\0".encode())
+            for file, stat in iter_files([path]):
+                digest.update(file_identity(file, stat, config.reuse_fingerprint))
     fields = {name: getattr(config, name) for name in RESULT_FIELDS}
     fields["batch_size"] = config.batch_size
     fields["output_format"] = config.output_format
@@ -69,7 +71,7 @@ def step_code_key(config: ParallelRunConfig, checked: Checked, entry_callables: 
     skip = [config.resolved_run_root()]
     if config.output and not is_url(config.output):
         skip.append(Path(config.output))
-    return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, skip=skip)
+    return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, checked.models, skip=skip)
 
 
 def step_key(code: str, fingerprints: Iterable[str]) -> str:

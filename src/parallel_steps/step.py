@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .azure.azureml_shim import count_metrics, metrics_path
 from .checks import check_step
 from .config import ParallelRunConfig, public_config, resolved_environment
 from .control import Cancel
@@ -210,6 +211,9 @@ class _StepRun:
         self.log = log = logs.master_logger(run.run_id)
         self.report = Reporter(logs, log, self.on_progress, self.on_event)
         log.info("run %s of step %s in %s", run.run_id, self.config.name, run.path)
+        if self.config.ignored_fields:
+            ignored = ", ".join(self.config.ignored_fields)
+            log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
         if not self.plan.counters.planning:
             self._log_plan()
         running = self._summary("Running", "running")
@@ -322,6 +326,8 @@ class _StepRun:
             source_directory=config.source_directory,
             arguments=self.checked.arguments,
             side_inputs=self.checked.side_inputs,
+            models=self.checked.models,
+            metrics_log=str(metrics_path(run.logs.root, node_id, process_name)),
             logging_level=config.logging_level,
             profile=config.profiling_module == "cProfile",
             fingerprint_mode=config.reuse_fingerprint,
@@ -361,6 +367,8 @@ class _StepRun:
                 run_dir=str(run.path),
                 output=run.output_url or str(run.output_dir),
                 output_file=self.output_file if status == "Succeeded" else None,
+                append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
+                metrics_logged=count_metrics(run.logs.root),
                 shutdown_cut_off=self.shutdown_cut_off,
                 restarts=self.restarts,
                 job_result=str(run.logs.job_result),

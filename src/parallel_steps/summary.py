@@ -54,6 +54,8 @@ class RunSummary(TypedDict, total=False):
     attempts_retried: int
     workers_started: int
     shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
+    append_row_format: str | None  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
+    metrics_logged: int  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
     started_at: str
     ended_at: str | None
     elapsed_s: float

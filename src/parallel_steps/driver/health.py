@@ -22,14 +22,13 @@ _MIN_FINISHED_FOR_RATE = 10
 
 def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | None:
     """Which threshold these counts exceed, if any (`error_threshold`, `mini_batch_error_threshold`,
-    `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
+    `allowed_failed_count`, `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
     if 0 <= config.error_threshold < counters.items_failed:
         return f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items failed"
-    if 0 <= config.mini_batch_error_threshold < counters.mini_batches_failed:
-        return (
-            f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
-            f"{counters.mini_batches_failed} mini-batches failed"
-        )
+    for name in ("mini_batch_error_threshold", "allowed_failed_count"):  # the v2 and the v1 name of one threshold
+        limit = getattr(config, name)
+        if limit is not None and 0 <= limit < counters.mini_batches_failed:
+            return f"{name} {limit} exceeded: {counters.mini_batches_failed} mini-batches failed"
     total = max(1, counters.mini_batches_total)
     if not counters.planning and 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
         return (

@@ -10,8 +10,9 @@ from typing import Any
 class MiniBatch:
     """One unit of work: which data `run()` gets, not the data itself.
 
-    `kind` is `files`, `csv`, `jsonl`, `parquet` or `keys`. Byte ranges (`start`,
-    `end`) are aligned to record boundaries; `items` is None where only reading tells.
+    `kind` is `files`, `csv`, `jsonl`, `parquet` or `keys` (rows of tables with these key values).
+    Byte ranges (`start`, `end`) are aligned to record boundaries; `items` is None where only
+    reading tells. `keys` are the partition key values of a partitioned mini-batch (files or rows).
     """
 
     index: int
@@ -49,6 +50,8 @@ class MiniBatch:
 
     def describe(self) -> str:
         """A short human description: the files, or the file and the piece of it."""
+        if self.keys is not None:
+            return f"{dict(zip(self.read['key_columns'], self.keys))} in {len(self.paths)} file(s)"
         if self.kind == "files":
             first = self.paths[0]
             return (
@@ -56,8 +59,6 @@ class MiniBatch:
                 if len(self.paths) == 1
                 else f"{first} .. {self.paths[-1].rsplit('/', 1)[-1]} ({len(self.paths)} files)"
             )
-        if self.kind == "keys":
-            return f"{dict(zip(self.read['key_columns'], self.keys))} in {len(self.paths)} file(s)"
         if self.row_groups is not None:
             return f"{self.paths[0]} row groups {self.row_groups[0]}-{self.row_groups[-1]}"
         if self.end is not None:

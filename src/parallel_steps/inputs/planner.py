@@ -22,8 +22,9 @@ from . import storage
 from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
+from .partitions import PartitionFormat, below, hive_values
 from .storage import GLOB_CHARS, is_url, list_url, open_input
-from .tables import plan_schema, read_table, record_boundaries
+from .tables import plan_schema, read_table, record_boundaries, row_count
 
 _IGNORED_PREFIXES = (".", "_")
 _RUN = 10_000  # paths listed at a time  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
@@ -36,7 +37,7 @@ class Planner:
     Args:
         datasets: the step's inputs (one type).
         batch_size: files per mini-batch, or bytes per mini-batch for tabular data.
-        partition_keys: key columns; one mini-batch per distinct key combination.
+        partition_keys: keys (columns, or keys of the paths); one mini-batch per distinct combination.
         fingerprint: `stat` (path, size, mtime) or `content` (sha256 of the bytes).
         defer_files: leave file mini-batches unfingerprinted (and unsized): their worker fingerprints
             them as it reads them, in parallel. What a run with nothing to reuse wants: listing a
@@ -54,7 +55,7 @@ class Planner:
         index = 0
         for dataset in self.datasets:
             if isinstance(dataset, FileDataset):
-                pieces = self._file_batches(dataset)
+                pieces = self._file_key_batches(dataset) if self.partition_keys else self._file_batches(dataset)
             elif self.partition_keys:
                 pieces = self._key_batches(dataset)
             else:
@@ -76,6 +77,17 @@ class Planner:
         if group:
             yield self._files_piece(tuple(group))
 
+    def _file_key_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
+        """One mini-batch per distinct combination of `partition_keys` in the paths (`partition_format`)."""
+        keys, path_format = list(self.partition_keys or []), PartitionFormat(dataset.partition_format)
+        combos: dict[tuple, list[str]] = {}
+        for run in iter_file_runs(dataset.path):
+            for path in run:
+                values = _format_values(path_format, path)
+                combos.setdefault(tuple(values[key] for key in keys), []).append(path)
+        for combo in sorted(combos, key=_nulls_last):
+            yield dict(self._files_piece(tuple(combos[combo])), keys=combo, read=dict(key_columns=keys))
+
     def _files_piece(self, paths: tuple[str, ...]) -> dict[str, Any]:
         if self.defer_files:
             return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
@@ -92,34 +104,46 @@ class Planner:
         return file_identity(path, stat, self.fingerprint)
 
     def _piece_fingerprint(self, path: str, stat: os.stat_result, dataset: TabularDataset, *extra: Any) -> str:
-        ident = self._file_identity(path, stat) + repr((dataset.read_options, extra)).encode()
-        return hashlib.sha1(ident).hexdigest()
+        described: tuple = (dataset.read_options, extra)
+        if dataset.partition_format:  # only then: the fingerprints of earlier runs without one stay valid
+            described += (dataset.partition_format,)
+        return hashlib.sha1(self._file_identity(path, stat) + repr(described).encode()).hexdigest()
 
     # Tabular -------------------------------------------------------------
 
-    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, os.stat_result, str]]:
-        for path, stat in iter_files(dataset.path, skip_hidden=True):
-            try:
-                fmt = dataset.format_of(path)
-            except ValueError as exc:
-                raise InputError(path, str(exc).split(": ", 1)[-1]) from None
-            yield path, stat, fmt
+    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, os.stat_result, str, dict[str, Any]]]:
+        """(path, stat, format, values from the path) of every file: the `partition_format`'s keys, else
+        the hive folders (`key=value/`) below what the dataset names."""
+        path_format = PartitionFormat(dataset.partition_format) if dataset.partition_format else None
+        for spec in dataset.path:
+            for path, stat in iter_files([spec], skip_hidden=True):
+                try:
+                    fmt = dataset.format_of(path)
+                except ValueError as exc:
+                    raise InputError(path, str(exc).split(": ", 1)[-1]) from None
+                values = _format_values(path_format, path) if path_format else hive_values(path, spec)
+                yield path, stat, fmt, values
 
     def _tabular_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        for path, stat, fmt in self._tabular_files(dataset):
+        for path, stat, fmt, values in self._tabular_files(dataset):
+            partitions = dict(partitions=(values,)) if values else {}
             if fmt == "parquet":
-                yield from self._parquet_pieces(path, stat, dataset)
+                pieces = self._parquet_pieces(path, stat, dataset)
             elif stat.st_size <= self.batch_size:
-                yield dict(
-                    kind=fmt,
-                    paths=(path,),
-                    items=None,
-                    nbytes=stat.st_size,
-                    fingerprint=self._piece_fingerprint(path, stat, dataset),
-                    read=dict(options=dataset.read_options),
-                )
+                pieces = [
+                    dict(
+                        kind=fmt,
+                        paths=(path,),
+                        items=None,
+                        nbytes=stat.st_size,
+                        fingerprint=self._piece_fingerprint(path, stat, dataset),
+                        read=dict(options=dataset.read_options),
+                    )
+                ]
             else:
-                yield from self._text_pieces(path, stat, fmt, dataset)
+                pieces = self._text_pieces(path, stat, fmt, dataset)
+            for piece in pieces:
+                yield dict(piece, read={**piece["read"], **partitions}) if partitions else piece
 
     def _parquet_pieces(self, path: str, stat: os.stat_result, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         import pyarrow.parquet as pq
@@ -186,26 +210,37 @@ class Planner:
             )
 
     def _key_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        """One mini-batch per distinct combination of `partition_keys` across the dataset. Its fingerprint
+        """One mini-batch per distinct combination of `partition_keys` across the dataset; a key is a
+        column of the files or a value of their paths (hive folders, `partition_format`). Its fingerprint
         covers only the files holding that combination: a new or changed file reruns only its groups."""
         keys = list(self.partition_keys or [])
         combos: dict[tuple, list] = {}
         identities: dict[str, bytes] = {}
-        for path, stat, fmt in self._tabular_files(dataset):
+        for path, stat, fmt, values in self._tabular_files(dataset):
             identities[path] = self._file_identity(path, stat)
-            table = read_table(path, fmt, dataset.read_options, columns=keys)
-            counts = table.group_by(keys).aggregate([([], "count_all")])
-            for row in counts.to_pylist():
-                entry = combos.setdefault(tuple(row[k] for k in keys), [0, [], [], 0])
+            in_file = [key for key in keys if key not in values]
+            if in_file:
+                table = read_table(path, fmt, dataset.read_options, columns=in_file)
+                counts = table.group_by(in_file).aggregate([([], "count_all")]).to_pylist()
+            else:
+                counts = [{"count_all": row_count(path, fmt, dataset.read_options)}]
+            for row in counts:
+                if not row["count_all"]:
+                    continue
+                combo = tuple(values[key] if key in values else row[key] for key in keys)
+                entry = combos.setdefault(combo, [0, [], [], 0, []])
                 entry[0] += row["count_all"]
                 entry[1].append(path)
                 entry[2].append(fmt)
                 entry[3] += stat.st_size
+                entry[4].append(values)
         for combo in sorted(combos, key=_nulls_last):
-            rows, paths, formats, nbytes = combos[combo]
+            rows, paths, formats, nbytes, partitions = combos[combo]
             files = b"".join(identities[path] for path in paths)
             fingerprint = hashlib.sha1(files + repr((keys, combo, dataset.read_options)).encode()).hexdigest()
             read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats))
+            if any(partitions):
+                read["partitions"] = tuple(partitions)
             yield dict(
                 kind="keys",
                 paths=tuple(paths),
@@ -215,6 +250,13 @@ class Planner:
                 read=read,
                 fingerprint=fingerprint,
             )
+
+
+def _format_values(path_format: PartitionFormat, path: str) -> dict[str, Any]:
+    values = path_format.values(path)
+    if values is None:
+        raise InputError(path, f"does not match partition_format {path_format.text!r}")
+    return values
 
 
 def _nulls_last(combo: tuple) -> tuple:
@@ -301,7 +343,4 @@ def _paths(prefix: str, names: list[str], start: int, end: int) -> Iterator[list
 def _hidden(url: str, spec: str) -> bool:
     """Whether a listed object lies in or is a hidden entry below what the user named (`_temporary/`
     of a Spark output, `.crc` files), as local folders skip them at every level."""
-    base = min((spec.find(c) for c in GLOB_CHARS if c in spec), default=len(spec))
-    base = spec[:base].rsplit("/", 1)[0] if base < len(spec) else spec.rstrip("/")
-    below = url[len(base) :] if url.startswith(base) else url.rsplit("/", 1)[-1]
-    return any(part.startswith(_IGNORED_PREFIXES) for part in below.split("/") if part)
+    return any(part.startswith(_IGNORED_PREFIXES) for part in below(url, spec).split("/") if part)

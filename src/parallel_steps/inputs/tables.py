@@ -113,3 +113,16 @@ def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] 
         raise InputError(path, f"has no column {exc}") from None
     except Exception as exc:
         raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
+
+
+def row_count(path: str, fmt: str, options: dict[str, Any]) -> int:
+    """The rows of a whole file: a Parquet footer says it, a text file is read."""
+    if fmt != "parquet":
+        return read_table(path, fmt, options).num_rows
+    import pyarrow.parquet as pq
+
+    try:
+        with open_input(path) as file:
+            return pq.ParquetFile(file).metadata.num_rows
+    except Exception as exc:
+        raise InputError(path, f"not a readable parquet file ({first_line(exc)})") from None

@@ -64,8 +64,8 @@ class Spool:
 
 def encode(result: Any, fmt: str) -> bytes:
     """The bytes of one slice: text lines, JSON lines, CSV with a header, or a Parquet file."""
-    if fmt == "txt":
-        return ("\n".join(_text_rows(result)) + "\n").encode("utf-8")
+    if fmt == "text":
+        return _text(result).encode("utf-8")
     if fmt == "jsonl":
         return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n" for row in _records(result)).encode(
             "utf-8"
@@ -83,12 +83,14 @@ def _is_frame(result: Any) -> bool:
     return type(result).__module__.split(".")[0] in ("pandas", "pyarrow")
 
 
-def _text_rows(result: Any) -> Iterable[str]:
-    """ParallelRunStep's text rows: str(element), or a table row's values joined by spaces."""
+def _text(result: Any) -> str:
+    """ParallelRunStep's `append_row` lines: `str(element)` per element; a table's rows with their
+    values separated by spaces, no header, no index (pandas' CSV writer with a space: a value holding
+    a space is quoted, dates without a time print as dates), what `read_csv(delimiter=" ", header=None)`
+    reads back."""
     if _is_frame(result):
-        frame = _to_pandas(result)
-        return (" ".join(str(v) for v in row) for row in frame.itertuples(index=False, name=None))
-    return map(str, result)
+        return _to_pandas(result).to_csv(sep=" ", header=False, index=False, lineterminator="\n")
+    return "\n".join(map(str, result)) + "\n"
 
 
 def _records(result: Any) -> Iterable[Any]:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..azure import azureml_shim
+from ..azure.context import MiniBatchContext, wants_context
 from ..inputs.fingerprints import file_tokens, fingerprint_of
 from ..inputs.loaders import load
 from ..inputs.members import encode_tokens
@@ -37,6 +39,7 @@ from . import entry_script
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 SIDE_INPUTS_DIR = Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
+_MODELS = ".models"  # models' copies beside side inputs' (no side input name starts with a dot)
 
 
 class WorkerRuntime:
@@ -46,6 +49,7 @@ class WorkerRuntime:
         self.spec = spec
         self._hang_timeout_hook = hang_timeout_hook
         self._entry: dict[str, Callable[..., Any]] = {}
+        self._with_context = False  # run(mini_batch, mini_batch_context): checked once, at start
         self._profiler = None
         self._error_file = None
         self._journal = None
@@ -80,12 +84,14 @@ class WorkerRuntime:
             ),
             self._hang_timeout_hook,
         )
+        azureml_shim.install(spec.models, spec.metrics_log)
         if spec.profile:
             import cProfile
 
             self._profiler = cProfile.Profile()
         try:
             self._entry = self._import_entry()
+            self._with_context = wants_context(self._entry["run"])
             if "init" in self._entry:
                 self._call(self._entry["init"])
         except BaseException as exc:
@@ -102,7 +108,10 @@ class WorkerRuntime:
             items = count_rows(data)
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)
-            result = self._call(self._entry["run"], data)
+            if self._with_context:
+                result = self._call(self._entry["run"], data, MiniBatchContext(mini_batch))
+            else:
+                result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
             fingerprint, tokens = self._fingerprint(mini_batch)
             outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, tokens=tokens)
@@ -204,18 +213,27 @@ class WorkerRuntime:
 
 
 def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
-    """Copy side inputs once to this machine and point the spec (and arguments naming them) at the
-    copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may not share
-    a filesystem). Copies live under SIDE_INPUTS_DIR/<run id>/<name>/, removed when the run ends."""
-    sources = {name: path for name, path in spec.side_inputs.items() if copy_paths or is_url(path)}
-    if not sources:
-        return spec
+    """Copy side inputs and models once to this machine and point the spec (and arguments naming side
+    inputs) at the copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may
+    not share a filesystem). Copies live under SIDE_INPUTS_DIR/<run id>/<name>/ (models under
+    .models/<name>/), removed when the run ends."""
     root = side_inputs_root(spec)
-    local = {name: copy_once(source, root / name) for name, source in sources.items()}
-    moves = sorted(((sources[name], path) for name, path in local.items()), key=lambda m: -len(m[0]))
+    side_inputs = _copies(spec.side_inputs, root, copy_paths)
+    models = _copies(spec.models, root / _MODELS, copy_paths)
+    if not side_inputs and not models:
+        return spec
+    moves = sorted(((spec.side_inputs[name], path) for name, path in side_inputs.items()), key=lambda m: -len(m[0]))
     return dataclasses.replace(
-        spec, side_inputs={**spec.side_inputs, **local}, arguments=[_repoint(arg, moves) for arg in spec.arguments]
+        spec,
+        side_inputs={**spec.side_inputs, **side_inputs},
+        models={**spec.models, **models},
+        arguments=[_repoint(arg, moves) for arg in spec.arguments],
     )
+
+
+def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, str]:
+    """name -> local copy of the entries that need one (URLs; local paths too with `copy_paths`)."""
+    return {name: copy_once(path, root / name) for name, path in entries.items() if copy_paths or is_url(path)}
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:
