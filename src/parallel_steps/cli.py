@@ -79,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     wait.add_argument("--timeout", type=float, help="give up after this many seconds (exit 1)")
     wait.add_argument("--json", action="store_true")
     _job_command(commands, "cancel", _cancel, "stop a run (its workers are stopped within seconds)")
+    report = _job_command(
+        commands, "report", _report, "write a run's report page: timeline per worker, throughput, errors, resources"
+    )
+    report.add_argument("-o", "--output", metavar="FILE", help="the page's path (default RUN/logs/report.html)")
+    report.add_argument(
+        "--trace", metavar="FILE", help="also write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)"
+    )
     logs = _job_command(commands, "logs", _logs, "the driver's log, workers' stderr, or one mini-batch's story")
     logs.add_argument(
         "--mini-batch", type=int, metavar="ID", help="attempts, journal lines and tracebacks of one mini-batch"
@@ -263,6 +270,8 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         f"  output:       {summary.get('output_file') or summary.get('output')}",
         f"  logs:         {Path(summary['run_dir']) / 'logs'}",
     ]
+    if summary.get("report"):
+        lines.append(f"  report:       {summary['report']}")
     print("\n".join(lines))
 
 
@@ -351,6 +360,17 @@ def _cancel(args: argparse.Namespace) -> int:
 
     summary = cancel(args.run, args.run_root)
     print(f"cancel requested for {summary['run_id']} ({summary['status']})")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .jobs import resolve_run
+    from .report import write_report, write_trace
+
+    run_dir = resolve_run(args.run, args.run_root)
+    print(f"report: {write_report(run_dir, output=args.output)}")
+    if args.trace:
+        print(f"trace:  {write_trace(run_dir, args.trace)}")
     return 0
 
 

@@ -161,6 +161,10 @@ class ParallelRunConfig(BaseModel):
     profiling_module: Literal["cProfile"] | None = Field(
         None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker."
     )
+    report: bool = Field(
+        True,
+        description="Write logs/report.html at the end of the run: timeline per worker, throughput, errors, resources.",
+    )
 
     # Execution.
     backend: Literal["local", "ray"] = Field(

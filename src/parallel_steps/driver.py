@@ -271,10 +271,17 @@ class Driver:
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Ready):
+            since = self._starting.get(f"{event.worker.node_index}/{event.worker.slot}", time.monotonic())
             self._forget_starting(event.worker)
             self._ready[event.worker.id] = event.worker
             self._queued[event.worker.id] = collections.deque()
-            self.emit("worker_started", worker=event.worker.id, pid=event.worker.pid, gpu=event.worker.gpu)
+            self.emit(  # starting_s: since the driver started or replaced it (a timeline's start-up bar)
+                "worker_started",
+                worker=event.worker.id,
+                pid=event.worker.pid,
+                gpu=event.worker.gpu,
+                starting_s=round(time.monotonic() - since, 3),
+            )
             self.log.info(
                 "%s ready (pid %s%s)",
                 event.worker.id,

@@ -30,6 +30,7 @@ from .inputs.planner import Planner, iter_files
 from .inputs.storage import GLOB_CHARS, is_url, upload
 from .monitor import ResourceMonitor
 from .pool.base import PoolSettings, WorkerPool, node_id_of
+from .report import write_run_report
 from .resources import default_process_count, gpu_ids
 from .reuse import code_key, step_key
 from .store.ledger import Ledger
@@ -533,6 +534,8 @@ class _StepRun:
             index.update(self.run_id, step_key=step_key(self.code, fingerprints))
         self.ledger.set(status=summary["status"])
         self.ledger.close()
+        logs.flush()  # the report reads the attempts and events
+        summary["report"] = write_run_report(self.run_dir, summary, log) if self.config.report else None
         write_summary(self.run_dir, summary)
         logs.write_result(_job_result(summary))
         if not logs.error_summary.exists():
