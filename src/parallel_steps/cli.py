@@ -364,11 +364,12 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .jobs import resolve_run
+    from .jobs import resolve_run, run_status
     from .report import write_report, write_trace
 
     run_dir = resolve_run(args.run, args.run_root)
-    print(f"report: {write_report(run_dir, output=args.output)}")
+    summary = run_status(str(run_dir))  # a running run's counts are live
+    print(f"report: {write_report(run_dir, summary, output=args.output)}")
     if args.trace:
         print(f"trace:  {write_trace(run_dir, args.trace)}")
     return 0

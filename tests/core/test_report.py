@@ -14,18 +14,18 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from parallel_steps import StepFailed
+from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.faults import signature
 from parallel_steps.report import key_figures, mask_config, write_report
 from parallel_steps.step import run_step
 
 from .conftest import cli, cli_json
-from .test_faults import config
 
 REPO = Path(__file__).resolve().parents[2]
 OUTCOME_COLORS = {"succeeded": (45, 164, 78), "failed": (207, 34, 46), "timed_out": (251, 133, 0)}
@@ -49,6 +49,10 @@ def run(mini_batch):
             raise ValueError(f"bad value {n} in {path}")
     return mini_batch
 """
+
+
+def config(**fields) -> ParallelRunConfig:
+    return ParallelRunConfig(**{"entry_script": "score.py", "inputs": ["data"], "process_count_per_node": 1, **fields})
 
 
 def page_data(html: str) -> dict:
@@ -298,6 +302,31 @@ def test_report_command_writes_the_page_and_a_chrome_trace(faulty, tmp_path):
     assert collections.Counter(tracks[e["pid"], e["tid"]] for e in complete) == ledger(summary["run_dir"])["per_worker"]
     assert all(e["dur"] >= 0 and e["ts"] >= 0 and e["name"].startswith("mini-batch ") for e in complete)
     assert {e["args"]["reason"] for e in events if e["name"].startswith("worker replaced")} == {"crashed", "timed_out"}
+
+
+def test_report_of_a_running_run_shows_it_so_far(make_files, write_script, tmp_path):
+    make_files(6)
+    write_script(  # 0.1 s a mini-batch: a worker holds one at a time, and reports each at once
+        "import time\nfrom pathlib import Path\n\ndef run(mini_batch):\n    time.sleep(0.1)\n"
+        "    while 'f0005' in mini_batch[0] and not Path('go').exists():\n        time.sleep(0.05)\n"
+        "    return mini_batch\n"
+    )
+    args = ["--entry-script", "score.py", "--input", "data", "--mini-batch-size", "1", "--process-count-per-node", "1"]
+    started = cli("run", *args, "--detach")  # one worker: the last mini-batch waits, none behind it
+    run_id = started.stdout.split()[0]
+    try:
+        deadline = time.monotonic() + 60
+        while cli_json("status", run_id)[1].get("mini_batches_succeeded", 0) < 5:  # a bound, not a speed check
+            assert time.monotonic() < deadline, "the run did not get going"
+            time.sleep(0.2)
+        result = cli("report", run_id, "-o", tmp_path / "now.html")
+        assert result.returncode == 0, result.stderr
+        data = page_data((tmp_path / "now.html").read_text())
+        assert (data["summary"]["status"], data["summary"]["mini_batches_succeeded"]) == ("Running", 5)
+        assert sorted(data["timeline"]["bars"]["mini_batch"]) == [0, 1, 2, 3, 4]
+    finally:
+        (tmp_path / "go").touch()
+        assert cli("wait", run_id).returncode == 0
 
 
 def test_report_command_names_a_missing_run_in_one_line(tmp_path):

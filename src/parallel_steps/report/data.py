@@ -481,6 +481,7 @@ def _group(failures: list[_Failure], records: RunRecords) -> dict[str, Any]:
     mini_batches = sorted({f.mini_batch for f in failures if f.mini_batch is not None})
     return dict(
         error=first.error,
+        signature=signature(first.error),
         count=len(failures),
         outcomes=dict(collections.Counter(f.outcome for f in failures)),
         mini_batches=mini_batches[:LISTED_MINI_BATCHES],
