@@ -23,7 +23,10 @@ from PIL import Image
 from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.faults import signature
 from parallel_steps.report import key_figures, mask_config, write_report
+from parallel_steps.report.data import Attempt, RunRecords
+from parallel_steps.report.data import page_data as report_data
 from parallel_steps.step import run_step
+from parallel_steps.store.logs import RunLogs
 
 from .conftest import cli, cli_json
 
@@ -393,6 +396,21 @@ def test_chromium_opens_the_page_offline_and_draws_the_timeline(run, request, tm
 
 
 # Parts -------------------------------------------------------------------------------------------------
+
+
+def test_merged_bars_keep_outcomes_apart_even_when_they_alternate(tmp_path):
+    """Every other attempt failed: no bar can merge two, so merging stops at the whole span."""
+    attempts = [
+        Attempt(i, 1, "node0/process000", 1, 1, 1, "failed" if i % 2 else "succeeded", i * 0.01, 0.01, "")
+        for i in range(50)
+    ]
+    records = RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, attempts, [])
+    bars = report_data(records, max_bars=10)["timeline"]["bars"]
+    assert (len(bars["start"]), bars["count"]) == (50, [1] * 50)
+    calm = [a._replace(outcome="succeeded") for a in attempts]
+    bars = report_data(RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, calm, []), max_bars=10)["timeline"]["bars"]
+    assert len(bars["start"]) <= 10
+    assert sum(bars["count"]) == 50
 
 
 def test_the_config_shown_hides_environment_variable_values():

@@ -85,6 +85,13 @@ class RunRecords:
         ends = [a.end for a in self.attempts] + [e["t"] for e in self.events]
         return max([0.0, *ends])
 
+    def last_attempts(self) -> dict[int, int]:
+        """Each mini-batch's last attempt in this invocation: its outcome is the mini-batch's (so far)."""
+        return {a.mini_batch: a.attempt for a in self.attempts}  # in start order: the last one wins
+
+    def error_log(self, worker: str) -> Path:
+        return self.logs.worker(*worker.split("/", 1)).error
+
     def workers(self) -> list[str]:
         """One timeline row per worker process: those that ran an attempt, started or were replaced."""
         named = {a.worker for a in self.attempts} | {e["worker"] for e in self.events if e.get("worker")}
@@ -277,13 +284,14 @@ def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str,
         )
     started = [e for e in records.events if e["type"] == "worker_started"]
     markers = [dict(worker=e["worker"], t=e["t"], kind="started", label=_started_label(e)) for e in started]
+    timed = [e for e in started if e.get("starting_s") is not None]
     starting = dict(  # from when the driver started (or replaced) the worker until it was ready
-        worker=[e["worker"] for e in started],
-        start=[round(max(0.0, e["t"] - (e.get("starting_s") or 0)), 3) for e in started],
-        end=[e["t"] for e in started],
+        worker=[e["worker"] for e in timed],
+        start=[round(max(0.0, e["t"] - e["starting_s"]), 3) for e in timed],
+        end=[e["t"] for e in timed],
     )
     markers += [
-        dict(worker=e["worker"], t=e["t"], kind=e.get("reason"), label=_replacement_label(e))
+        dict(worker=e["worker"], t=e["t"], kind=e.get("reason"), label=_replacement_label(e, records))
         for e in records.events
         if e["type"] == "worker_replaced"
     ]
@@ -305,15 +313,19 @@ def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str,
 def _bars(attempts: list[Attempt], max_bars: int) -> tuple[dict[str, list], float | None]:
     """The timeline's bars, one per attempt. Past `max_bars`, attempts of the same outcome that run one
     after another on a worker are drawn as one bar spanning at most a width, starting at about a
-    pixel of the whole timeline and doubled until the bars fit. Returns the bars and that width."""
+    pixel of the whole timeline and doubled until the bars fit (or span it all: outcomes that
+    alternate all the time stay apart). Returns the bars and that width."""
     width = None
     groups = [[a] for a in attempts]
     if len(attempts) > max_bars:
         by_worker: dict[str, list[Attempt]] = collections.defaultdict(list)
         for attempt in attempts:
             by_worker[attempt.worker].append(attempt)
-        width = float(f"{max(a.end for a in attempts) / 2000:.2g}") or 0.001
+        span = max(a.end for a in attempts)
+        width = float(f"{span / 2000:.2g}") or 0.001
         while len(groups := [g for runs in by_worker.values() for g in _merge(runs, width)]) > max_bars:
+            if width > span:
+                break
             width *= 2
     columns: dict[str, list] = {
         key: [] for key in ("worker", "start", "end", "outcome", "mini_batch", "attempt", "items", "count", "error")
@@ -350,11 +362,11 @@ def _started_label(event: dict[str, Any]) -> str:
     return f"ready{took} (pid {event.get('pid')}{gpu})"
 
 
-def _replacement_label(event: dict[str, Any]) -> str:
+def _replacement_label(event: dict[str, Any], records: RunRecords) -> str:
     reason = event.get("reason", "lost")
     label = f"{reason.replace('_', ' ')}: {event.get('detail', '')}"
     if reason == "timed_out":
-        label += f"; its stacks are in logs/user/error/{event.get('worker')}.txt"
+        label += f"; its stacks are in {records.error_log(event['worker']).relative_to(records.run_dir)}"
     return label
 
 
@@ -371,7 +383,7 @@ def _throughput(records: RunRecords, span: float) -> dict[str, Any]:
     width = _nice(span / THROUGHPUT_BINS) if span > 0 else _NICE_WIDTHS[0]
     bins = max(1, math.ceil(span / width))
     done, items, busy = [0] * bins, [0] * bins, [0.0] * bins
-    last_attempt = {a.mini_batch: a.attempt for a in records.attempts}
+    last_attempt = records.last_attempts()
     for a in records.attempts:
         end_bin = min(bins - 1, int(a.end / width))
         if a.outcome == "succeeded" or last_attempt[a.mini_batch] == a.attempt:
@@ -444,7 +456,7 @@ def error_groups(records: RunRecords) -> list[dict[str, Any]]:
     """Each distinct error (numbers, strings and paths masked, as the driver groups them): how many
     attempts it failed, which mini-batches, the first traceback and the log to open. init() failures
     come from the events (their workers never ran an attempt)."""
-    last_attempt = {a.mini_batch: a.attempt for a in records.attempts}
+    last_attempt = records.last_attempts()
     failures = [
         _Failure(
             a.error or a.outcome,

@@ -68,6 +68,7 @@ def write_trace(run_dir: str | Path, output: str | Path) -> Path:
 
 
 def render_html(data: dict[str, Any]) -> str:
+    """The page: the template, with the data embedded once as JSON and BokehJS inlined."""
     from markupsafe import Markup
 
     embedded = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")  # no </script> in it
