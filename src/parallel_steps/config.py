@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -249,6 +250,11 @@ class ParallelRunConfig(BaseModel):
     )
     profiling_module: Literal["cProfile"] | None = Field(
         None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker."
+    )
+    report: bool = Field(
+        True,
+        description="Write logs/report.html at the end of the run: timeline per worker, throughput, errors, resources.",
+        json_schema_extra=TRIGGER,
     )
 
     # Execution.
@@ -601,8 +607,13 @@ def public_config(config: ParallelRunConfig) -> dict[str, Any]:
     """The effective configuration as plain JSON data for summaries, run.json, XCom and artifacts:
     environment variable values are masked (a `${env:NAME}` reference is shown as written)."""
     data = json.loads(config.model_dump_json())
-    data["environment_variables"] = {name: mask(value) for name, value in config.environment_variables.items()}
+    data["environment_variables"] = mask_environment(config.environment_variables)
     return data
+
+
+def mask_environment(variables: Mapping[str, str]) -> dict[str, str]:
+    """Environment variables as shown anywhere but in the workers' environment: names, masked values."""
+    return {name: mask(value) for name, value in variables.items()}
 
 
 def mask(value: str) -> str:

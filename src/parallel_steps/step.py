@@ -35,6 +35,7 @@ from .platform import require_linux
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
+from .report import write_run_report
 from .reuse import ReuseSources, output_file_url, restore_whole_step, step_code_key, step_key
 from .store.logs import timestamp
 from .store.output import assemble
@@ -383,6 +384,8 @@ class _StepRun:
             index.update(run.run_id, step_key=step_key(self.code, fingerprints))
         run.ledger.set(status=summary["status"])
         run.ledger.close()
+        logs.flush()  # the report reads the attempts and events
+        summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
         write_summary(run.path, summary)
         logs.write_result(_job_result(summary, logs.where_to_look()))
         if not logs.error_summary.exists():

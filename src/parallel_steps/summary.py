@@ -56,6 +56,7 @@ class RunSummary(TypedDict, total=False):
     shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
     append_row_format: str | None  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
     metrics_logged: int  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
+    report: str | None  # logs/report.html, the run's page (None with report: false)
     started_at: str
     ended_at: str | None
     elapsed_s: float

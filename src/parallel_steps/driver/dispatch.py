@@ -198,10 +198,12 @@ class Driver:
     def _handle(self, event: Event) -> None:
         worker = event.worker
         if isinstance(event, Ready):
-            self.health.worker_ready(worker)
+            starting = self.health.worker_ready(worker)
             self._ready[worker.id] = worker
             self._queued[worker.id] = collections.deque()
-            self.report.emit("worker_started", worker=worker.id, pid=worker.pid, gpu=worker.gpu)
+            self.report.emit(  # starting_s: a timeline's start-up bar
+                "worker_started", worker=worker.id, pid=worker.pid, gpu=worker.gpu, starting_s=round(starting, 3)
+            )
             gpu = f", CUDA_VISIBLE_DEVICES={worker.gpu}" if worker.gpu is not None else ""
             self.log.info("%s ready (pid %s%s)", worker.id, worker.pid, gpu)
         elif isinstance(event, Finished):

@@ -80,9 +80,11 @@ class JobHealth:
         self._starting[worker.node_index, worker.slot] = time.monotonic()
         self.counters.workers_started += 1
 
-    def worker_ready(self, worker: WorkerInfo) -> None:
-        self._starting.pop((worker.node_index, worker.slot), None)
+    def worker_ready(self, worker: WorkerInfo) -> float:
+        """Returns the seconds since the worker was started (or replaced): its start-up, init() included."""
+        since = self._starting.pop((worker.node_index, worker.slot), time.monotonic())
         self._ready.add(worker.id)
+        return time.monotonic() - since
 
     def worker_lost(self, worker: WorkerInfo) -> None:
         self._starting.pop((worker.node_index, worker.slot), None)

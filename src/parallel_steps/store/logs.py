@@ -226,6 +226,36 @@ def note_hang(paths: WorkerLogPaths, detail: str) -> None:
     note_error(paths, f"{detail}; {_HANG_DUMP}")
 
 
+def failure_section(paths: WorkerLogPaths, mini_batch: int | None, attempt: int, limit: int) -> str | None:
+    """The first section of a worker's error log about a failure: init() (`mini_batch` None), or the
+    attempt of a mini-batch (its traceback, or the stack dump of its hang); at most `limit` characters.
+    Read line by line, so a long log is read only up to it."""
+    if mini_batch is None:
+        header = re.compile(r"init\(\) failed")
+    else:
+        tag = re.escape(mini_batch_tag(mini_batch))
+        header = re.compile(rf"{tag} attempt {attempt} failed|{tag}; ")
+    found: list[str] = []
+    size = 0
+    try:
+        with open(paths.error, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                if line.startswith(_SECTION):
+                    if found:
+                        break
+                    if header.search(line):
+                        found.append(line)
+                elif found:
+                    found.append(line)
+                    size += len(line)
+                    if size > limit:
+                        found.append("...\n")
+                        break
+    except OSError:
+        return None
+    return "".join(found).rstrip() or None
+
+
 def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:
     """The last lines a worker wrote to stderr, as `: line | line`, for the message of its loss."""
     tail = _tail(paths.stderr, 4096).strip().splitlines()[-lines:]
