@@ -31,6 +31,7 @@ from .marker import Marker
 _PARENT_POLL_S = 0.5
 _BATCH_S = 0.02  # the longest a finished result waits for company
 _BATCH_MAX = 32
+_QUICK_S = 0.005  # a mini-batch quicker than this is followed by more of its kind: its result may wait
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -106,7 +107,9 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
         )
         marker.clear()
         results.add(mini_batch.index, outcome)
-        if not queue or not outcome.ok or results.due():  # a failure is reported at once, never lost
+        # A failure is reported at once; results wait for company only while mini-batches are quick, so
+        # a long next one never holds them back (status would lag, and a crash would run them again).
+        if not queue or not outcome.ok or outcome.duration >= _QUICK_S or results.due():
             results.send()
     runtime.shutdown()
     return 0
