@@ -132,7 +132,7 @@ class Run:
             logs=self.logs.worker(node_id, process_name),
             parts_dir=str(self.parts),
             output_dir=str(self.root / "out"),
-            output_format="txt",
+            output_format="text",
             append_row=True,
             entry_script=str(self.script),
         )
