@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from . import __version__
 from .checks import Checked
@@ -74,9 +74,13 @@ def step_code_key(config: ParallelRunConfig, checked: Checked, entry_callables: 
     return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, checked.models, skip=skip)
 
 
-def step_key(code: str, fingerprints: Iterable[str]) -> str:
+def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
+    """The step's key: its code and every mini-batch's fingerprint, in plan order. Callers wait until each
+    has one (a streamed plan's file mini-batches get theirs from the worker that reads them)."""
     digest = hashlib.sha256(code.encode())
     for fingerprint in fingerprints:
+        if fingerprint is None:
+            raise ValueError("a step key needs every mini-batch's fingerprint")
         digest.update(fingerprint.encode())
     return digest.hexdigest()
 
@@ -145,6 +149,8 @@ class ReuseSources:
     def find(self, mini_batch: MiniBatch) -> dict[str, Any] | None:
         """The committed result of a mini-batch with the same fingerprint (its part linked into this
         run), with the `run_id` of the run that made it; None when no source has it."""
+        if mini_batch.fingerprint is None:  # not fingerprinted yet: nothing to match
+            return None
         for run_id, results in self._sources:
             result = results.get(mini_batch.fingerprint)
             if result is None or (result["part"] and not os.path.exists(result["part"].path)):
@@ -180,22 +186,21 @@ def restore_whole_step(
             output = str(run.output_dir)
             target = str(link_or_copy(source, run.output_dir / config.append_row_file_name))
     # Counts describe this invocation: nothing ran, every mini-batch was reused.
-    return RunSummary(
-        **{  # type: ignore[typeddict-item]
-            **summary,
-            "reused": True,
-            "output": output,
-            "output_file": target,
-            "mini_batches_reused": summary["mini_batches_total"],
-            "mini_batches_run": 0,
-            "workers_started": 0,
-            "attempts_retried": 0,
-            "started_at": timestamp(started_at),
-            "ended_at": timestamp(),
-            "elapsed_s": round(time.time() - started_at, 3),
-            "config": public_config(config),
-        }
-    )
+    restored: RunSummary = {
+        **cast(RunSummary, summary),  # read back from the run.json a RunSummary was written to
+        "reused": True,
+        "output": output,
+        "output_file": target,
+        "mini_batches_reused": summary["mini_batches_total"],
+        "mini_batches_run": 0,
+        "workers_started": 0,
+        "attempts_retried": 0,
+        "started_at": timestamp(started_at),
+        "ended_at": timestamp(),
+        "elapsed_s": round(time.time() - started_at, 3),
+        "config": public_config(config),
+    }
+    return restored
 
 
 def output_file_url(output_url: str, config: ParallelRunConfig) -> str:

@@ -9,6 +9,7 @@ while a run goes; `summarize` and `snapshot` turn them into summaries.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -133,7 +134,7 @@ class Counters:
         )
 
     @classmethod
-    def of(cls, summary: RunSummary) -> Counters:
+    def of(cls, summary: Mapping[str, Any]) -> Counters:
         """The counts of an earlier run's summary (to judge them against this run's thresholds)."""
         return cls(
             mini_batches_total=summary.get("mini_batches_total", 0),

@@ -281,6 +281,14 @@ class TestParallelRunStepCompatibility:
         assert "printed to stdout" in stdout
         assert "root logger line" in stdout
 
+    @pytest.mark.parametrize("name", ["score", "score.txt"])
+    def test_an_entry_script_runs_whatever_its_file_name_ends_with(self, make_files, write_script, name):
+        make_files(3)
+        write_script(ECHO, name=name)
+        summary = run_step(step(entry_script=name, process_count_per_node=1))
+        assert summary["status"] == "Succeeded"
+        assert output_lines(summary) == ["0", "1", "2"]
+
     def test_every_file_of_the_log_layout_exists(self, make_files, write_script):
         make_files(3)
         write_script(ECHO)

@@ -12,6 +12,7 @@ only when `azureml.core` itself cannot be imported, so the real SDK always wins.
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -20,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 _MODULES = ("azureml", "azureml.core", "azureml.core.model", "azureml.core.run")
 _PROVIDES = "parallel-steps provides azureml.core's Model.get_model_path and Run.get_context in workers"
@@ -72,7 +73,7 @@ class Run:
 
     def __init__(self, run_id: str):
         self.id = run_id
-        self._file = None
+        self._file: TextIO | None = None
 
     @classmethod
     def get_context(cls, allow_offline: bool = True, **_: Any) -> Run:
@@ -119,7 +120,7 @@ class Run:
         self._file.flush()  # metrics are rare; a crash must not lose them
 
 
-class _Finder:
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Provides the shim's modules when nothing else on sys.path does; refuses the rest of `azureml`."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None):

@@ -39,8 +39,7 @@ class MiniBatchContext:
     def __init__(self, mini_batch: MiniBatch):
         self._mini_batch = mini_batch
         self.minibatch_index = mini_batch.index
-        keys = mini_batch.keys
-        self.partition_key_value = {} if keys is None else dict(zip(mini_batch.read["key_columns"], keys))
+        self.partition_key_value = mini_batch.key_values()
 
     @property
     def dataset(self):

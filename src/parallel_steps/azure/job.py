@@ -30,8 +30,14 @@ _TASK_IGNORED = ("environment",)
 _RESOURCES_IGNORED = ("instance_type",)
 _OUTPUT_IGNORED = ("mode", "description", "name", "version")
 #: Job keys that are configuration fields of the same name and meaning.
-_SAME = ("mini_batch_size", "partition_keys", "error_threshold", "mini_batch_error_threshold", "logging_level")
-_SAME += ("environment_variables",)
+_SAME = (
+    "mini_batch_size",
+    "partition_keys",
+    "error_threshold",
+    "mini_batch_error_threshold",
+    "logging_level",
+    "environment_variables",
+)
 #: ParallelRunStep settings a job may pass in `task.program_arguments` (`--error_threshold 5`).
 PROGRAM_SETTINGS = (
     "error_threshold",
@@ -45,7 +51,7 @@ PROGRAM_SETTINGS = (
 )
 #: ...and those with no meaning here: the time a mini-batch's data takes to arrive counts in run_invocation_timeout.
 _PROGRAM_IGNORED = ("task_overhead_timeout", "overhead_timeout", "copy_logs_to_parent")
-_JOB_KEYS = IGNORED + _SAME + ("type", "name", "inputs", "outputs", "input_data", "resources", "task")
+_JOB_KEYS: tuple[str, ...] = IGNORED + _SAME + ("type", "name", "inputs", "outputs", "input_data", "resources", "task")
 _JOB_KEYS += ("retry_settings", "max_concurrency_per_instance")
 _DATA_TYPES = ("uri_folder", "uri_file", "mltable", "custom_model", "mlflow_model")
 _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

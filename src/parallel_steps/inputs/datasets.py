@@ -7,11 +7,15 @@ lazily in the planner, reading happens in the worker.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from .minibatch import MiniBatch
 from .partitions import PartitionFormat
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: CSV read options a TabularDataset accepts (JSON lines and Parquet need none).
 CSV_OPTIONS = ("delimiter", "header", "column_names", "quote_char", "encoding", "skip_rows")
@@ -94,7 +98,7 @@ class TabularDataset(_Dataset):
     type: Literal["tabular"] = "tabular"
     format: Literal["csv", "parquet", "jsonl"] | None = None
     read_options: dict[str, Any] = Field(default_factory=dict)
-    _mini_batch: Any = PrivateAttr(None)  # set on the dataset a mini-batch's context gives run()
+    _mini_batch: MiniBatch | None = PrivateAttr(None)  # set on the dataset a mini-batch's context gives run()
 
     def __init__(
         self,
@@ -104,7 +108,7 @@ class TabularDataset(_Dataset):
         partition_format: str | None = None,
         **options: Any,
     ):
-        super().__init__(
+        super().__init__(  # type: ignore[call-arg]  # pydantic's takes every field; the checker sees _Dataset's
             path=path,
             format=format,
             read_options={**(read_options or {}), **options},
@@ -120,14 +124,14 @@ class TabularDataset(_Dataset):
         return options
 
     @classmethod
-    def of_mini_batch(cls, mini_batch) -> TabularDataset:
+    def of_mini_batch(cls, mini_batch: MiniBatch) -> TabularDataset:
         """The rows of one mini-batch as a dataset (what `mini_batch_context.dataset` is)."""
         read = mini_batch.read or {}
         dataset = cls(list(dict.fromkeys(mini_batch.paths)), read_options=read.get("options", {}))
         dataset._mini_batch = mini_batch
         return dataset
 
-    def to_pandas_dataframe(self):
+    def to_pandas_dataframe(self) -> pd.DataFrame:
         """Every row as one pandas DataFrame (as Azure ML's `to_pandas_dataframe`), path columns last."""
         import pandas as pd
 
@@ -135,7 +139,8 @@ class TabularDataset(_Dataset):
         from .planner import Planner
 
         if self._mini_batch is not None:
-            return load(self._mini_batch)
+            rows: pd.DataFrame = load(self._mini_batch)
+            return rows
         frames = [load(mini_batch) for mini_batch in Planner([self], batch_size=1 << 62).mini_batches()]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

@@ -18,7 +18,7 @@ class MiniBatch:
     index: int
     kind: str
     paths: tuple[str, ...]
-    fingerprint: str
+    fingerprint: str | None  # None until a worker fingerprints what it reads (a plan that streams)
     nbytes: int
     items: int | None
     start: int = 0
@@ -31,7 +31,7 @@ class MiniBatch:
     def id(self) -> int:
         return self.index
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[MiniBatch], tuple[Any, ...]]:
         # A plain tuple of fields: several times faster to pickle than the dataclass default,
         # and a descriptor is pickled twice per mini-batch (ledger, worker pipe).
         return MiniBatch, (
@@ -48,10 +48,16 @@ class MiniBatch:
             self.read,
         )
 
+    def key_values(self) -> dict[str, Any]:
+        """Partition key -> this mini-batch's value (`{}` unless the plan was partitioned by keys)."""
+        if self.keys is None or self.read is None:
+            return {}
+        return dict(zip(self.read["key_columns"], self.keys))
+
     def describe(self) -> str:
         """A short human description: the files, or the file and the piece of it."""
         if self.keys is not None:
-            return f"{dict(zip(self.read['key_columns'], self.keys))} in {len(self.paths)} file(s)"
+            return f"{self.key_values()} in {len(self.paths)} file(s)"
         if self.kind == "files":
             first = self.paths[0]
             return (

@@ -12,7 +12,7 @@ import glob
 import hashlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from stat import S_ISDIR
 from typing import Any
@@ -23,7 +23,7 @@ from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
 from .partitions import PartitionFormat, below, hive_values
-from .storage import GLOB_CHARS, is_url, list_url, open_input
+from .storage import GLOB_CHARS, Stat, is_url, list_url, open_input
 from .tables import plan_schema, read_table, record_boundaries, row_count
 
 _IGNORED_PREFIXES = (".", "_")
@@ -79,8 +79,10 @@ class Planner:
 
     def _file_key_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
         """One mini-batch per distinct combination of `partition_keys` in the paths (`partition_format`)."""
+        if dataset.partition_format is None:  # the configuration refuses such a step
+            raise ValueError("file inputs are partitioned by keys of their partition_format")
         keys, path_format = list(self.partition_keys or []), PartitionFormat(dataset.partition_format)
-        combos: dict[tuple, list[str]] = {}
+        combos: dict[tuple[Any, ...], list[str]] = {}
         for run in iter_file_runs(dataset.path):
             for path in run:
                 values = _format_values(path_format, path)
@@ -100,18 +102,18 @@ class Planner:
             fingerprint=files_fingerprint(paths, stats, self.fingerprint),
         )
 
-    def _file_identity(self, path: str, stat: os.stat_result) -> bytes:
+    def _file_identity(self, path: str, stat: Stat) -> bytes:
         return file_identity(path, stat, self.fingerprint)
 
-    def _piece_fingerprint(self, path: str, stat: os.stat_result, dataset: TabularDataset, *extra: Any) -> str:
-        described: tuple = (dataset.read_options, extra)
+    def _piece_fingerprint(self, path: str, stat: Stat, dataset: TabularDataset, *extra: Any) -> str:
+        described: tuple[Any, ...] = (dataset.read_options, extra)
         if dataset.partition_format:  # only then: the fingerprints of earlier runs without one stay valid
             described += (dataset.partition_format,)
         return hashlib.sha1(self._file_identity(path, stat) + repr(described).encode()).hexdigest()
 
     # Tabular -------------------------------------------------------------
 
-    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, os.stat_result, str, dict[str, Any]]]:
+    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, Stat, str, dict[str, Any]]]:
         """(path, stat, format, values from the path) of every file: the `partition_format`'s keys, else
         the hive folders (`key=value/`) below what the dataset names."""
         path_format = PartitionFormat(dataset.partition_format) if dataset.partition_format else None
@@ -127,6 +129,7 @@ class Planner:
     def _tabular_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         for path, stat, fmt, values in self._tabular_files(dataset):
             partitions = dict(partitions=(values,)) if values else {}
+            pieces: Iterable[dict[str, Any]]
             if fmt == "parquet":
                 pieces = self._parquet_pieces(path, stat, dataset)
             elif stat.st_size <= self.batch_size:
@@ -145,7 +148,7 @@ class Planner:
             for piece in pieces:
                 yield dict(piece, read={**piece["read"], **partitions}) if partitions else piece
 
-    def _parquet_pieces(self, path: str, stat: os.stat_result, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+    def _parquet_pieces(self, path: str, stat: Stat, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         try:
@@ -182,9 +185,7 @@ class Planner:
                 fingerprint=self._piece_fingerprint(path, stat, dataset, ids),
             )
 
-    def _text_pieces(
-        self, path: str, stat: os.stat_result, fmt: str, dataset: TabularDataset
-    ) -> Iterator[dict[str, Any]]:
+    def _text_pieces(self, path: str, stat: Stat, fmt: str, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         """Byte ranges of a CSV or JSON lines file, each ending at a record boundary."""
         options = dataset.read_options
         quote = options.get("quote_char", '"') if fmt == "csv" else None
@@ -214,7 +215,7 @@ class Planner:
         column of the files or a value of their paths (hive folders, `partition_format`). Its fingerprint
         covers only the files holding that combination: a new or changed file reruns only its groups."""
         keys = list(self.partition_keys or [])
-        combos: dict[tuple, list] = {}
+        combos: dict[tuple[Any, ...], list[Any]] = {}
         identities: dict[str, bytes] = {}
         for path, stat, fmt, values in self._tabular_files(dataset):
             identities[path] = self._file_identity(path, stat)
@@ -259,21 +260,18 @@ def _format_values(path_format: PartitionFormat, path: str) -> dict[str, Any]:
     return values
 
 
-def _nulls_last(combo: tuple) -> tuple:
+def _nulls_last(combo: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
     return tuple((value is None, 0 if value is None else value) for value in combo)
 
 
 # Listing -----------------------------------------------------------------
 
 
-def iter_files(
-    paths: list[str], skip_hidden: bool = False, stat: bool = True
-) -> Iterator[tuple[str, os.stat_result | None]]:
-    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order;
-    with `stat=False` the stat is None and listing a folder costs no system call per file."""
+def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[str, Stat]]:
+    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order."""
     for run in iter_file_runs(paths, skip_hidden):
         for path in run:
-            yield path, storage.stat(path) if stat else None
+            yield path, storage.stat(path)
 
 
 def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list[str]]:
@@ -282,10 +280,10 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
     for spec in paths:
         is_glob = bool(GLOB_CHARS & set(spec))
         if is_url(spec):
-            found = [url for url in list_url(spec) if not (skip_hidden and _hidden(url, spec))]
-            if not found:
+            urls = [url for url in list_url(spec) if not (skip_hidden and _hidden(url, spec))]
+            if not urls:
                 raise InputError(spec, "matches no files" if is_glob else "no such file or folder")
-            yield found
+            yield urls
             continue
         if is_glob:
             matches = sorted(glob.iglob(spec, recursive=True))
@@ -303,8 +301,9 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
 
 
 def _walk(path: str, skip_hidden: bool) -> Iterator[list[str]]:
-    """Files at or under `path` in name order."""
-    if S_ISDIR(storage.stat(path).st_mode):
+    """Files at or under `path` (a local one) in name order."""
+    status = storage.stat(path)
+    if isinstance(status, os.stat_result) and S_ISDIR(status.st_mode):
         yield from _walk_folder(path, skip_hidden)
     else:
         yield [path]

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from ..config import mask_environment
 from ..driver.faults import signature
 from ..store.ledger import Ledger
-from ..store.logs import RunLogs, failure_section
+from ..store.logs import RunLogs, WorkerLogPaths, failure_section
 from ..store.runs import read_summary
 
 MAX_BARS = 20_000  # timeline bars drawn one per attempt up to this; past it, neighbours are merged
@@ -64,7 +64,7 @@ class RunRecords:
 
     run_dir: Path
     logs: RunLogs
-    summary: dict[str, Any]
+    summary: Mapping[str, Any]
     origin: float  # Unix time of 0 s: this invocation's job_started, else its start
     attempts: list[Attempt]  # in start order
     events: list[dict[str, Any]]  # with "t": seconds since origin
@@ -90,8 +90,13 @@ class RunRecords:
         """Each mini-batch's last attempt in this invocation: its outcome is the mini-batch's (so far)."""
         return {a.mini_batch: a.attempt for a in self.attempts}  # in start order: the last one wins
 
+    def worker_logs(self, worker: str, create: bool = True) -> WorkerLogPaths:
+        """The log files of a worker as events and attempts name it (`node/process`)."""
+        node_id, process_name = worker.split("/", 1)
+        return self.logs.worker(node_id, process_name, create)
+
     def error_log(self, worker: str) -> Path:
-        return self.logs.worker(*worker.split("/", 1)).error
+        return self.worker_logs(worker).error
 
     def workers(self) -> list[str]:
         """One timeline row per worker process: those that ran an attempt, started or were replaced."""
@@ -108,7 +113,7 @@ def mask_config(config: dict[str, Any]) -> dict[str, Any]:
 # Reading ------------------------------------------------------------------------------------------
 
 
-def read_run(run_dir: str | Path, summary: dict[str, Any] | None = None) -> RunRecords:
+def read_run(run_dir: str | Path, summary: Mapping[str, Any] | None = None) -> RunRecords:
     """The records of the run in `run_dir` (its latest invocation); `summary` defaults to run.json."""
     run_dir = Path(run_dir)
     summary = summary or read_summary(run_dir) or {}
@@ -484,7 +489,7 @@ def error_groups(records: RunRecords) -> list[dict[str, Any]]:
 
 def _group(failures: list[_Failure], records: RunRecords) -> dict[str, Any]:
     first = failures[0]
-    paths = records.logs.worker(*first.worker.split("/", 1), create=False)
+    paths = records.worker_logs(first.worker, create=False)
     traceback = failure_section(paths, first.mini_batch, first.attempt, TRACEBACK_CHARS)
     log = paths.error if traceback else paths.stderr  # a crash leaves no traceback; its stderr may tell
     mini_batches = sorted({f.mini_batch for f in failures if f.mini_batch is not None})
@@ -508,7 +513,8 @@ def _resources(records: RunRecords, notes: list[str]) -> dict[str, Any]:
     interval = config.get("resource_monitor_interval")
     perf = records.logs.root / "perf"
     since = _unix(records.summary.get("started_at")) or records.origin
-    nodes, workers = {}, {}
+    nodes: dict[str, dict[str, list[Any]]] = {}
+    workers: dict[str, list[tuple[float, float]]] = {}
     for folder in sorted(perf.glob("*"), key=lambda p: _natural(p.name)) if perf.is_dir() else []:
         node = _read_samples(folder / "node_resource_usage.csv", since, records.origin)
         if node:

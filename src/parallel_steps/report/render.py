@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ def default_path(run_dir: str | Path) -> Path:
 
 def write_report(
     run_dir: str | Path,
-    summary: dict[str, Any] | None = None,
+    summary: Mapping[str, Any] | None = None,
     output: str | Path | None = None,
     max_bars: int = MAX_BARS,
 ) -> Path:
@@ -49,7 +50,7 @@ def write_report(
     return target
 
 
-def write_run_report(run_dir: Path, summary: dict[str, Any], log: logging.Logger) -> str | None:
+def write_run_report(run_dir: Path, summary: Mapping[str, Any], log: logging.Logger) -> str | None:
     """The report written at the end of a run: one that cannot be written is logged, never fails the run."""
     try:
         path = write_report(run_dir, summary)
@@ -180,7 +181,7 @@ def _node(worker: str) -> str:
 # Texts for the engines -----------------------------------------------------------------------------
 
 
-def key_figures(summary: dict[str, Any]) -> str:
+def key_figures(summary: Mapping[str, Any]) -> str:
     """The run in one line: status, counts, items, time and throughput."""
     elapsed = summary.get("elapsed_s") or 0
     ran = summary.get("mini_batches_run") or 0
@@ -194,7 +195,7 @@ def key_figures(summary: dict[str, Any]) -> str:
     )
 
 
-def report_markdown(summary: dict[str, Any]) -> str:
+def report_markdown(summary: Mapping[str, Any]) -> str:
     """The run as markdown: key figures, the error groups and where the report is."""
     lines = [
         f"### Step {summary.get('name')}: {summary.get('status')}",

@@ -226,7 +226,7 @@ def note_hang(paths: WorkerLogPaths, detail: str) -> None:
     note_error(paths, f"{detail}; {_HANG_DUMP}")
 
 
-def failure_section(paths: WorkerLogPaths, mini_batch: int | None, attempt: int, limit: int) -> str | None:
+def failure_section(paths: WorkerLogPaths, mini_batch: int | None, attempt: int | None, limit: int) -> str | None:
     """The first section of a worker's error log about a failure: init() (`mini_batch` None), or the
     attempt of a mini-batch (its traceback, or the stack dump of its hang); at most `limit` characters.
     Read line by line, so a long log is read only up to it."""

@@ -18,7 +18,11 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
 
 
 class Part(NamedTuple):
@@ -34,7 +38,8 @@ def count_rows(result: Any) -> int:
     if result is None:
         return 0
     if hasattr(result, "num_rows"):
-        return result.num_rows
+        rows: int = result.num_rows
+        return rows
     return len(result)
 
 
@@ -96,23 +101,25 @@ def _text(result: Any) -> str:
 def _records(result: Any) -> Iterable[Any]:
     if _is_frame(result):
         return _to_pandas(result).to_dict(orient="records")
-    return result
+    rows: Iterable[Any] = result
+    return rows
 
 
-def _to_pandas(result: Any):
+def _to_pandas(result: Any) -> pd.DataFrame:
     import pandas as pd
 
     if isinstance(result, pd.DataFrame):
         return result
     if hasattr(result, "to_pandas"):
-        return result.to_pandas()
+        frame: pd.DataFrame = result.to_pandas()
+        return frame
     rows = list(result)
     if rows and all(isinstance(r, dict) for r in rows):
         return pd.DataFrame.from_records(rows)
     return pd.DataFrame({"result": rows})
 
 
-def _to_arrow(result: Any):
+def _to_arrow(result: Any) -> pa.Table:
     import pyarrow as pa
 
     if isinstance(result, pa.Table):
@@ -126,8 +133,8 @@ def _to_arrow(result: Any):
 class _SliceReader:
     """Reads slices, keeping each spool file open once."""
 
-    def __init__(self):
-        self._files: dict[str, Any] = {}
+    def __init__(self) -> None:
+        self._files: dict[str, BinaryIO] = {}
 
     def read(self, part: Part) -> bytes:
         file = self._files.get(part.path)
@@ -213,7 +220,7 @@ def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> Non
         pq.write_table(pa.table({}), tmp)
         return
 
-    def table(part: Part):
+    def table(part: Part) -> pa.Table:
         return pq.read_table(pa.BufferReader(reader.read(part))).replace_schema_metadata(None)
 
     schema = pa.unify_schemas(
