@@ -23,8 +23,8 @@ from PIL import Image
 from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.driver.faults import signature
 from parallel_steps.report import key_figures, mask_config, write_report
-from parallel_steps.report.data import Attempt, RunRecords
 from parallel_steps.report.data import page_data as report_data
+from parallel_steps.report.records import Attempt, RunRecords
 from parallel_steps.step import run_step
 from parallel_steps.store.logs import RunLogs
 

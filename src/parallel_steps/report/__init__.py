@@ -5,7 +5,7 @@ slowest mini-batches, error groups, resources), a Chrome trace, and short texts 
 and the texts.
 """
 
-from .data import mask_config
+from .records import mask_config
 from .render import default_path, key_figures, report_markdown, write_report, write_run_report, write_trace
 
 __all__ = [

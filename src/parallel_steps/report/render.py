@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .data import MAX_BARS, RunRecords, error_groups, page_data, read_run
+from .data import MAX_BARS, error_groups, page_data
+from .records import RunRecords, read_run
 
 _TEMPLATE = "report.html.j2"
 _BOKEH_FILES = ("bokeh.min.js", "bokeh-api.min.js")  # the library and its plotting API, as the page uses them
