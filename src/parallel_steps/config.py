@@ -301,6 +301,8 @@ class ParallelRunConfig(BaseModel):
     def _named_data(cls, value: Any, info: ValidationInfo) -> dict[str, str]:
         """A mapping of name -> path (a list of paths is named after the files); names are checked."""
         if isinstance(value, (list, tuple)):
+            if not all(isinstance(p, (str, os.PathLike)) for p in value):
+                raise ValueError(f"{value!r} is not a list of paths (or use NAME: PATH)")
             value = {Path(os.fspath(p)).name: os.fspath(p) for p in value}
         for name in value or {}:
             check_input_name(info.field_name or "side_inputs", name)
@@ -324,7 +326,13 @@ class ParallelRunConfig(BaseModel):
     @field_validator("environment_variables", mode="before")
     @classmethod
     def _environment(cls, value: Any) -> Any:
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else value
+        if not isinstance(value, dict):
+            return value
+        value = {str(k): str(v) for k, v in value.items()}
+        for name, text in value.items():  # what the OS refuses to start a worker with
+            if not name or "=" in name or "\0" in name + text:
+                raise ValueError(f"{name!r} is not a valid variable (names are not empty, hold no '='; no NUL)")
+        return value
 
     @field_validator("partition_keys", mode="before")
     @classmethod
@@ -443,7 +451,7 @@ class ParallelRunConfig(BaseModel):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ParallelRunConfig:
         """A config from loose values (strings from templates, forms and flags are coerced)."""
-        unknown = sorted(set(data) - set(cls.model_fields))
+        unknown = sorted(map(str, set(data) - set(cls.model_fields)))  # YAML keys may be numbers or null
         if unknown:
             raise ConfigError(unknown[0], "is not a configuration field", "valid: " + ", ".join(cls.model_fields))
         return cls(**{key: _coerce(cls, key, value) for key, value in data.items()})
