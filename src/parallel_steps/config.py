@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from .errors import ConfigError, InputError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
@@ -30,7 +31,7 @@ _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
 #: The mark of a field that a DAG param, trigger conf or `--set` may change by default: it changes neither the
 #: code that runs, its environment, nor where data is read or written (issue 14; see overrides.py).
-TRIGGER = {"trigger_overridable": True}
+TRIGGER: JsonDict = {"trigger_overridable": True}
 _INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 MASK = "***"
@@ -466,7 +467,7 @@ class ParallelRunConfig(BaseModel):
         return type(self).from_dict({**base, **params})
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> ParallelRunConfig:
+    def from_yaml(cls, path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
         """A config from a step file, or from an Azure ML v2 `type: parallel` job file (see `load_job`);
         relative paths are relative to the file's folder."""
         data = read_yaml(path, "step file")
@@ -477,7 +478,7 @@ class ParallelRunConfig(BaseModel):
         return cls.from_dict({**resolve_paths(data, Path(path).absolute().parent), **overrides})
 
 
-def read_yaml(path: str | os.PathLike, what: str) -> dict[str, Any]:
+def read_yaml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
     """The mapping in a YAML file; a missing, unreadable or malformed file is an InputError naming it."""
     import yaml  # here, not at the top: most runs never read YAML, and it costs start-up time
 
@@ -539,7 +540,7 @@ def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return data
 
 
-def _resolve_input(item: Any, absolute) -> Any:
+def _resolve_input(item: Any, absolute: Callable[[Any], Any]) -> Any:
     if isinstance(item, str):
         return absolute(item)
     if isinstance(item, dict) and "path" in item:
@@ -605,16 +606,16 @@ def _config_error(exc: ValidationError) -> ConfigError:
         elif error["type"] not in ("value_error", "assertion_error"):
             message = f"{error['input']!r} is not valid ({message[0].lower() + message[1:]})"
         problems.append((field, message))
-    error = ConfigError(*problems[0])
+    first = ConfigError(*problems[0])
     if len(problems) > 1:
-        error.args = ("; ".join(f"{f}: {m}" for f, m in problems),)
-    return error
+        first.args = ("; ".join(f"{f}: {m}" for f, m in problems),)
+    return first
 
 
 def public_config(config: ParallelRunConfig) -> dict[str, Any]:
     """The effective configuration as plain JSON data for summaries, run.json, XCom and artifacts:
     environment variable values are masked (a `${env:NAME}` reference is shown as written)."""
-    data = json.loads(config.model_dump_json())
+    data: dict[str, Any] = json.loads(config.model_dump_json())
     data["environment_variables"] = mask_environment(config.environment_variables)
     return data
 

@@ -65,7 +65,9 @@ def resolve_run(run: str, run_root: str | None = None) -> Path:
 # Submitting ------------------------------------------------------------------------------
 
 
-def submit(config: ParallelRunConfig, run_id: str | None = None, run_dir: str | os.PathLike | None = None) -> RunHandle:
+def submit(
+    config: ParallelRunConfig, run_id: str | None = None, run_dir: str | os.PathLike[str] | None = None
+) -> RunHandle:
     """Start the step in a background process that outlives the caller; returns its handle at once.
 
     Everything that can be checked is checked here first, so a bad config or a missing
@@ -104,16 +106,16 @@ def queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
 class RunHandle:
     """A submitted or earlier run, by its run directory."""
 
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike[str]):
         self.run_dir = Path(run_dir)
 
     @property
     def run_id(self) -> str:
-        return self.summary().get("run_id", self.run_dir.name)
+        return str(self.summary().get("run_id", self.run_dir.name))
 
     def status(self) -> str:
         """`Queued`, `Running`, `Succeeded`, `Failed` or `Canceled`."""
-        return self.summary()["status"]
+        return str(self.summary()["status"])
 
     def summary(self) -> dict[str, Any]:
         return run_status(str(self.run_dir))

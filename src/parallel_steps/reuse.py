@@ -85,7 +85,7 @@ def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
     return digest.hexdigest()
 
 
-def _tree(digest, root: Path, mode: str, skip: set[Path]) -> None:
+def _tree(digest: Any, root: Path, mode: str, skip: set[Path]) -> None:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and (Path(folder) / d).resolve() not in skip)
         for name in sorted(files):

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .azure.azureml_shim import count_metrics, metrics_path
 from .checks import check_step
@@ -43,11 +43,14 @@ from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
 from .summary import RESUMED_COUNTS, RunSummary, summarize
 
+if TYPE_CHECKING:
+    from .jobs import RunHandle
+
 
 def run_step(
     config: ParallelRunConfig,
     *,
-    run_dir: str | os.PathLike | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
     run_id: str | None = None,
     on_progress: ProgressCallback | None = None,
     on_event: EventCallback | None = None,
@@ -124,7 +127,7 @@ class ParallelRunStep:
         """Run the step (with `overrides` applied) and return the run summary; raises StepFailed."""
         return run_step(self.config.with_overrides(**overrides))
 
-    def submit(self, **overrides: Any):
+    def submit(self, **overrides: Any) -> RunHandle:
         """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""
         from .jobs import submit  # jobs imports nothing of this module; the import waits for its first use
 
@@ -137,7 +140,16 @@ class ParallelRunStep:
 class _StepRun:
     """One invocation of `run_step`: its phases, in order."""
 
-    def __init__(self, config: ParallelRunConfig, run_dir, run_id, on_progress, on_event, cancel, entry_callables):
+    def __init__(
+        self,
+        config: ParallelRunConfig,
+        run_dir: str | os.PathLike[str] | None,
+        run_id: str | None,
+        on_progress: ProgressCallback | None,
+        on_event: EventCallback | None,
+        cancel: threading.Event | None,
+        entry_callables: bytes | None,
+    ):
         self.config, self.entry_callables = config, entry_callables
         self.on_progress, self.on_event = on_progress, on_event
         self.cancel = cancel or Cancel()
@@ -334,7 +346,7 @@ class _StepRun:
             fingerprint_mode=config.reuse_fingerprint,
         )
 
-    def _monitor(self, pool: WorkerPool):
+    def _monitor(self, pool: WorkerPool) -> contextlib.AbstractContextManager[object]:
         interval = self.config.resource_monitor_interval
         if not interval:
             return contextlib.nullcontext()
