@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .checks import check_inputs
-from .config import ParallelRunConfig, public_config
+from .config import ParallelRunConfig
+from .environment import public_config
 from .errors import InputError, ParallelStepsError
 from .store.ledger import Ledger
 from .store.logs import RunLogs

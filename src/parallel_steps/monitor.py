@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from .config import MASK
+from .environment import MASK
 from .store.logs import RunLogs
 
 #: `time` is for people (to the second); `time_unix` is the same instant in Unix seconds (the report's charts).

@@ -19,8 +19,9 @@ from typing import Any, cast
 
 from . import __version__
 from .checks import Checked
-from .config import ParallelRunConfig, public_config
+from .config import ParallelRunConfig
 from .driver.health import threshold_breach
+from .environment import public_config
 from .inputs.fingerprints import content_hash, file_identity
 from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch

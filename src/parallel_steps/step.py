@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from .azure.azureml_shim import count_metrics, metrics_path
 from .checks import check_step
-from .config import ParallelRunConfig, public_config, resolved_environment
+from .config import ParallelRunConfig
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
+from .environment import public_config, resolved_environment
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner

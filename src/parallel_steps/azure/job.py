@@ -17,9 +17,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config import NAME_PATTERN, ParallelRunConfig, read_yaml
+from ..config import NAME_PATTERN, ParallelRunConfig
 from ..errors import ConfigError
 from ..inputs.storage import is_url
+from ..stepfile import read_yaml
 from .mltable import mltable_input
 
 log = logging.getLogger("parallel_steps.azure")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import mask_environment
+from ..environment import mask_environment
 from ..store.ledger import Ledger
 from ..store.logs import RunLogs, WorkerLogPaths
 from ..store.runs import read_summary
