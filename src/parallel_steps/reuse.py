@@ -11,6 +11,7 @@ fields (node and process counts, timeouts, logging, backend) are left out.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -22,6 +23,7 @@ from .checks import Checked
 from .config import ParallelRunConfig
 from .driver.health import threshold_breach
 from .environment import public_config
+from .inputs.datasets import Dataset
 from .inputs.fingerprints import content_hash, file_identity
 from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
@@ -73,6 +75,16 @@ def step_code_key(config: ParallelRunConfig, checked: Checked, entry_callables: 
     if config.output and not is_url(config.output):
         skip.append(Path(config.output))
     return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, checked.models, skip=skip)
+
+
+def inputs_key(code: str, inputs: Iterable[Dataset]) -> str:
+    """What a second run of a step on the same inputs waits for (the run lock): the code key and the
+    inputs as named, not as listed (the listing is written while the run goes)."""
+    named = [
+        dict(dataset.model_dump(), path=[p if is_url(p) else os.path.abspath(p) for p in dataset.path])
+        for dataset in inputs
+    ]
+    return step_key(code, [json.dumps(named, sort_keys=True, default=str)])
 
 
 def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
