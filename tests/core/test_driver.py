@@ -23,6 +23,7 @@ import pytest
 from parallel_steps import ParallelRunConfig
 from parallel_steps.control import Cancel
 from parallel_steps.driver import Driver, Reporter, dispatch, health, progress
+from parallel_steps.driver import cancel as cancel_watch
 from parallel_steps.inputs.minibatch import MiniBatch
 from parallel_steps.pool.base import PoolSettings, WorkerPool
 from parallel_steps.protocol import (
@@ -239,7 +240,7 @@ class Result:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     clock = Clock()
-    for module in (dispatch, health, progress):
+    for module in (dispatch, cancel_watch, health, progress):
         monkeypatch.setattr(module, "time", clock)
     return clock
 

@@ -4,8 +4,9 @@ It takes pending mini-batches in plan order (as the plan streams in, or from the
 ledger on a resume) and keeps each ready worker's short queue filled. What it
 decides is delegated: recording outcomes (the ledger, the attempt log, the
 counters) to `outcomes`, retries and error groups to `faults`, when the job must
-stop to `health`, progress and events to `progress`. It knows neither processes
-nor Ray: everything it does to workers goes through a `WorkerPool`.
+stop to `health` (after a cancel, to `cancel`), progress and events to `progress`.
+It knows neither processes nor Ray: everything it does to workers goes through a
+`WorkerPool`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..config import ParallelRunConfig
-from ..control import Cancel, JobCanceled, JobStopped
+from ..control import JobStopped
 from ..inputs.minibatch import MiniBatch
 from ..pool.base import WorkerPool
 from ..protocol import (
@@ -32,8 +33,8 @@ from ..protocol import (
     WorkerInfo,
 )
 from ..store.ledger import Ledger
-from ..store.runs import cancel_requested
 from ..summary import Counters, RunSummary, snapshot
+from .cancel import CancelWatch
 from .faults import ErrorGroups, RetryPolicy, error_line
 from .health import JobHealth
 from .outcomes import Attempt, Outcomes
@@ -41,7 +42,6 @@ from .progress import Reporter
 
 _TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
 _COMMIT_WAIT_S = 0.1  # the longest the loop waits holding uncommitted results
-CANCEL_GRACE_S = 10.0  # how long mini-batches in flight may finish after a cancel before workers are killed
 
 
 class Driver:
@@ -60,8 +60,7 @@ class Driver:
     ):
         self.config, self.ledger, self.pool, self.counters, self.report = config, ledger, pool, counters, report
         self.logs, self.log = report.logs, report.log
-        self.cancel = cancel or threading.Event()
-        self.run_dir = run_dir
+        self.canceled = CancelWatch(cancel or threading.Event(), run_dir, report.log)
         self.policy = RetryPolicy(
             config.fault_tolerant_policy, config.run_max_try, config.retryable_errors, config.retryable_exit_codes
         )
@@ -78,9 +77,6 @@ class Driver:
         # A moving average of log(duration): a worker descheduled for a few ms in one mini-batch barely moves it.
         self._log_duration: float | None = None
         self._started = time.monotonic()
-        self._next_cancel_check = 0.0
-        self._requested: str | None = None  # the reason of a cancel request file
-        self._drain_until: float | None = None  # set by a cancel: in-flight mini-batches may finish until then
 
     # The loop ---------------------------------------------------------------------------
 
@@ -93,8 +89,8 @@ class Driver:
             self.health.check_thresholds()  # items that failed in reused mini-batches count too
             self.health.workers_starting()
             while self._has_work():
-                self._check_canceled()
-                if self._drain_until is None:
+                self.canceled.check(in_flight=any(self._queued.values()))
+                if not self.canceled.draining:
                     self._dispatch()
                 for event in self.pool.next_events(_COMMIT_WAIT_S if self.outcomes.dirty else _TICK_S):
                     self._handle(event)
@@ -110,29 +106,6 @@ class Driver:
         self.report.progress(self.progress())
         self.report.emit("job_finished", status=status, reason=reason)
         return status, reason
-
-    def _check_canceled(self) -> None:
-        """The cancel flag (signals, on_kill, Prefect), or a cancel request file (`parallel-steps cancel`):
-        no new mini-batch starts; the ones in flight get CANCEL_GRACE_S (none after a second cancel)."""
-        reason = self._cancel_reason()
-        if reason is None:
-            return
-        now = time.monotonic()
-        if self._drain_until is None:
-            self._drain_until = now + CANCEL_GRACE_S
-            self.log.warning("%s; mini-batches in flight may finish within %g s", reason, CANCEL_GRACE_S)
-        in_flight = any(self._queued.values())
-        if not in_flight or now >= self._drain_until or getattr(self.cancel, "urgent", False):
-            raise JobCanceled(reason)
-
-    def _cancel_reason(self) -> str | None:
-        if self.cancel.is_set():
-            return getattr(self.cancel, "reason", Cancel.reason)
-        now = time.monotonic()
-        if self._requested is None and self.run_dir is not None and now >= self._next_cancel_check:
-            self._next_cancel_check = now + _TICK_S
-            self._requested = cancel_requested(self.run_dir)
-        return self._requested
 
     def _has_work(self) -> bool:
         if self._retry or any(self._queued.values()):

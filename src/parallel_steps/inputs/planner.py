@@ -8,23 +8,24 @@ byte range, row groups or key values); the worker reads the data itself.
 from __future__ import annotations
 
 import bisect
+import functools
 import glob
 import hashlib
-import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from stat import S_ISDIR
 from typing import Any
 
-from ..errors import InputError, first_line
+from ..errors import InputError
 from . import storage
 from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
 from .partitions import PartitionFormat, below, hive_values
-from .storage import GLOB_CHARS, Stat, is_url, list_url, open_input
-from .tables import plan_schema, read_table, record_boundaries, row_count
+from .pieces import cut_file
+from .storage import GLOB_CHARS, Stat, is_url, list_url
+from .tables import read_table, row_count
 
 _IGNORED_PREFIXES = (".", "_")
 _RUN = 10_000  # paths listed at a time  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
@@ -129,86 +130,10 @@ class Planner:
     def _tabular_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         for path, stat, fmt, values in self._tabular_files(dataset):
             partitions = dict(partitions=(values,)) if values else {}
-            pieces: Iterable[dict[str, Any]]
-            if fmt == "parquet":
-                pieces = self._parquet_pieces(path, stat, dataset)
-            elif stat.st_size <= self.batch_size:
-                pieces = [
-                    dict(
-                        kind=fmt,
-                        paths=(path,),
-                        items=None,
-                        nbytes=stat.st_size,
-                        fingerprint=self._piece_fingerprint(path, stat, dataset),
-                        read=dict(options=dataset.read_options),
-                    )
-                ]
-            else:
-                pieces = self._text_pieces(path, stat, fmt, dataset)
+            fingerprint = functools.partial(self._piece_fingerprint, path, stat, dataset)
+            pieces = cut_file(path, stat.st_size, fmt, dataset.read_options, self.batch_size, self.notes, fingerprint)
             for piece in pieces:
                 yield dict(piece, read={**piece["read"], **partitions}) if partitions else piece
-
-    def _parquet_pieces(self, path: str, stat: Stat, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        import pyarrow.parquet as pq
-
-        try:
-            with open_input(path) as file:
-                meta = pq.ParquetFile(file).metadata
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-            raise InputError(path, f"not a readable Parquet file ({first_line(exc)})") from None
-        groups = [
-            (i, meta.row_group(i).total_byte_size, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
-        ]
-        wanted = -(-stat.st_size // self.batch_size)
-        if wanted > 1 and len(groups) < wanted:
-            self.notes.append(
-                f"{path}: {len(groups)} row group(s) for about {wanted} mini-batches of "
-                f"{self.batch_size} bytes; rewrite it with smaller row groups to split it further"
-            )
-        pieces, current = [], []
-        for group in groups:
-            current.append(group)
-            if sum(g[1] for g in current) >= self.batch_size:
-                pieces.append(current)
-                current = []
-        if current or not pieces:
-            pieces.append(current)
-        for piece in pieces:
-            ids = tuple(g[0] for g in piece)
-            yield dict(
-                kind="parquet",
-                paths=(path,),
-                row_groups=ids,
-                items=sum(g[2] for g in piece),
-                nbytes=sum(g[1] for g in piece),
-                read=dict(options={}),
-                fingerprint=self._piece_fingerprint(path, stat, dataset, ids),
-            )
-
-    def _text_pieces(self, path: str, stat: Stat, fmt: str, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        """Byte ranges of a CSV or JSON lines file, each ending at a record boundary."""
-        options = dataset.read_options
-        quote = options.get("quote_char", '"') if fmt == "csv" else None
-        quote = quote.encode() if quote else None
-        try:
-            bounds = record_boundaries(path, stat.st_size, self.batch_size, quote)
-            schema = plan_schema(path, fmt, options, bounds[1], quote)
-        except OSError as exc:
-            raise InputError(path, f"cannot read ({exc.strerror})") from None
-        except Exception as exc:  # pyarrow's parse errors
-            raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
-        read = dict(options=options, schema=schema)
-        for start, end in itertools.pairwise(bounds):
-            yield dict(
-                kind=fmt,
-                paths=(path,),
-                start=start,
-                end=end,
-                items=None,
-                nbytes=end - start,
-                read=read,
-                fingerprint=self._piece_fingerprint(path, stat, dataset, start, end),
-            )
 
     def _key_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         """One mini-batch per distinct combination of `partition_keys` across the dataset; a key is a

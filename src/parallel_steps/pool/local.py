@@ -11,7 +11,8 @@ ones come back a few at a time. Its marker (a little shared memory) says which
 mini-batch it runs and since when, so a deadline counts from the real start,
 and a sentinel (pidfd) firing the moment it dies maps to exactly that
 mini-batch; the others it held go back unstarted. `node_count > 1` simulates
-nodes on one machine.
+nodes on one machine. Deadlines and the memory limit are the watchdog's
+(local_watchdog.py); one process and its pipe are a `WorkerProcess` (local_process.py).
 """
 
 from __future__ import annotations
@@ -22,13 +23,10 @@ import math
 import os
 import select
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import is_url
@@ -50,18 +48,11 @@ from .base import (
     WorkerPool,
     WorkerState,
     exit_name,
-    next_wakeup,
-    out_of_memory_detail,
     shutdown_cut_off_detail,
-    timed_out_detail,
-    tree_rss,
 )
 from .local_process import WorkerProcess
+from .local_watchdog import DUMP_GRACE_S, Watchdog, oom_hint
 
-_DUMP_GRACE_S = 1.0  # time a hung worker gets to write its stacks before SIGKILL
-_MEMORY_CHECK_S = 1.0
-_LIKELY_OOM_RSS = 1 << 30
-_MARKER_CHECK_S = 0.05  # how soon to look again for the start of a queued mini-batch
 _REAP_S = 5.0  # the longest a SIGKILLed worker may take to be gone
 
 
@@ -75,7 +66,7 @@ class LocalWorkerPool(WorkerPool):
         self._free_gpus = {n: list(settings.gpu_ids) for n in range(settings.node_count)}
         self._poller = select.poll()  # registered once per descriptor, not rebuilt per wait
         self._by_fd: dict[int, tuple[str, WorkerProcess]] = {}
-        self._next_memory_check = 0.0
+        self._watchdog = Watchdog(settings.memory_limit)
         self._side_input_copies: Path | None = None  # where workers copy side inputs named by URLs
         self._closed = False
 
@@ -135,22 +126,12 @@ class LocalWorkerPool(WorkerPool):
         end = time.monotonic() + timeout
         while True:
             now = time.monotonic()
-            self._enforce_deadlines(now)
-            timeout_ms = math.ceil(max(0.0, min(end, self._next_wakeup(now)) - now) * 1000)
-            for fd, mask in self._poller.poll(timeout_ms):
+            self._watchdog.enforce(self._handles.values(), now)
+            wake = min(end, self._watchdog.next_wakeup(self._handles.values(), now))
+            for fd, mask in self._poller.poll(math.ceil(max(0.0, wake - now) * 1000)):
                 self._handle_ready(fd, mask)
             if self._events or time.monotonic() >= end:
                 return
-
-    def _next_wakeup(self, now: float) -> float:
-        times: list[float | None] = []
-        for handle in self._handles.values():
-            times.append(handle.kill_at)
-            if handle.queue:
-                running = handle.running()
-                # a queued mini-batch may start any moment: look again soon to learn its deadline
-                times += [running[1] if running else now + _MARKER_CHECK_S, self._next_memory_check]
-        return next_wakeup(now, times)
 
     def _handle_ready(self, fd: int, mask: int) -> None:
         if fd not in self._by_fd:
@@ -204,40 +185,6 @@ class LocalWorkerPool(WorkerPool):
 
     # Losing workers ---------------------------------------------------------------------
 
-    def _enforce_deadlines(self, now: float) -> None:
-        for handle in self._handles.values():
-            if handle.kill_at is not None and now >= handle.kill_at:
-                handle.kill_at = None
-                handle.kill()
-            elif handle.queue and not handle.loss and (running := handle.running()):
-                index, deadline = running
-                if deadline is not None and now >= deadline:
-                    self._dump_and_kill(
-                        handle, LossReason.TIMED_OUT, timed_out_detail(handle.queue[index] or 0.0, index)
-                    )
-        if now >= self._next_memory_check:
-            self._next_memory_check = now + _MEMORY_CHECK_S
-            self._sample_memory()
-
-    def _dump_and_kill(self, handle: WorkerProcess, reason: LossReason, detail: str) -> None:
-        """Write the worker's Python stacks (faulthandler) to its error log, then kill it after a grace."""
-        handle.loss, handle.loss_detail = reason, detail
-        note_hang(handle.logs, detail)
-        if handle.dump_stacks():
-            handle.kill_at = time.monotonic() + _DUMP_GRACE_S
-
-    def _sample_memory(self) -> None:
-        """Sample busy workers' memory: enforce worker_memory_limit, and remember the last RSS so a
-        SIGKILL from the kernel's OOM killer can be recognised."""
-        limit = self.settings.memory_limit
-        for handle in self._handles.values():
-            if not handle.queue or handle.loss:
-                continue
-            rss = handle.last_rss = tree_rss(handle.process.pid)
-            if limit and rss > limit:
-                handle.loss, handle.loss_detail = LossReason.OUT_OF_MEMORY, out_of_memory_detail(rss, limit)
-                handle.kill()
-
     def _reap(self, handle: WorkerProcess) -> None:
         """The worker process exited: free its slot and GPU, and say what it held."""
         exit_code = handle.process.wait()
@@ -262,7 +209,7 @@ class LocalWorkerPool(WorkerPool):
         if handle.loss is LossReason.TIMED_OUT:
             handle.loss_detail += hang_summary(handle.logs.error)
         detail = handle.loss_detail or (
-            f"worker exited with {exit_name(exit_code)}{_oom_hint(handle, exit_code)}{stderr_tail(handle.logs)}"
+            f"worker exited with {exit_name(exit_code)}{oom_hint(handle, exit_code)}{stderr_tail(handle.logs)}"
         )
         self._events.append(Lost(handle.info, head, handle.loss or LossReason.CRASHED, exit_code, detail))
 
@@ -299,7 +246,7 @@ class LocalWorkerPool(WorkerPool):
         self.shutdown_cut_off.append(handle.info.id)
         note_hang(handle.logs, shutdown_cut_off_detail(grace))
         if handle.dump_stacks():
-            _exited(handle, _DUMP_GRACE_S)
+            _exited(handle, DUMP_GRACE_S)
         handle.kill()
         _exited(handle, _REAP_S)
 
@@ -310,16 +257,3 @@ def _exited(handle: WorkerProcess, timeout: float) -> bool:
         return True
     except subprocess.TimeoutExpired:
         return False
-
-
-def _oom_hint(handle: WorkerProcess, exit_code: int | None) -> str:
-    """A SIGKILL we did not send, from a worker that was using a lot of memory, is likely the OOM killer."""
-    if exit_code != -signal.SIGKILL or not handle.last_rss:
-        return ""
-    share = psutil.virtual_memory().total / max(1, len(psutil.Process().children()))
-    if handle.last_rss < min(share / 2, _LIKELY_OOM_RSS):
-        return f", not sent by parallel-steps (last RSS {handle.last_rss >> 20} MB)"
-    return (
-        f": likely out of memory (killed by the kernel's OOM killer?); last RSS {handle.last_rss >> 20} MB "
-        f"(see logs/perf/{handle.info.node_id}/)"
-    )

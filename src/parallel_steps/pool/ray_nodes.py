@@ -37,6 +37,17 @@ class RayNode:
     gpus_free: int
     lost: bool = False
 
+    def take_gpu(self) -> bool:
+        """Reserve one of the node's free GPUs for a new worker; False when none is free."""
+        gpu = self.gpus_free > 0
+        self.gpus_free -= gpu
+        return gpu
+
+    def give_back_gpu(self) -> None:
+        """A worker that had a GPU ended: Ray hands it to the replacement (unless the node left)."""
+        if not self.lost:
+            self.gpus_free += 1
+
 
 class RayNodes:
     """The step's nodes on the Ray cluster, by node index."""

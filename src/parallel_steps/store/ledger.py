@@ -5,6 +5,7 @@ done exactly when its row says `succeeded` and names a part file. Writes are
 committed in batches (every tenth of a second or so), so a killed driver loses at
 most the results of its last moment: they run again when the run resumes.
 A resume plans again, so rows are only ever added by the run that owns them.
+The reads (rows, attempts, counts, parts, reusable results) are in `ledger_queries.py`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import pickle
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..inputs.members import EarlierBatch, encode_members, encode_tokens
+from ..inputs.members import encode_members, encode_tokens
 from ..inputs.minibatch import MiniBatch
+from .ledger_queries import LedgerQueries
 from .output import Part
 
 #: A planned mini-batch, the result it takes from a reuse source (or None), its files' tokens (or None).
@@ -69,8 +71,9 @@ _SUCCEED = (
 )
 
 
-class Ledger:
-    """One run's ledger file; `Ledger.open_readonly` for other runs (reuse, status)."""
+class Ledger(LedgerQueries):
+    """One run's ledger file: the writes (the reads are `LedgerQueries`'); `Ledger.open_readonly` for
+    other runs (reuse, status)."""
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
@@ -99,10 +102,6 @@ class Ledger:
         except sqlite3.Error:
             return None
 
-    def layout(self) -> int:
-        version: int = self._db.execute("PRAGMA user_version").fetchone()[0]
-        return version
-
     def close(self) -> None:
         self.commit()
         self._db.close()
@@ -113,11 +112,11 @@ class Ledger:
             self._successes = []
         self._db.commit()
 
-    # Meta ------------------------------------------------------------------
+    def rollback(self) -> None:
+        self._successes = []
+        self._db.rollback()
 
-    def get(self, key: str, default: str | None = None) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else default
+    # Meta ------------------------------------------------------------------
 
     def set(self, **values: Any) -> None:
         self._db.executemany(
@@ -163,26 +162,6 @@ class Ledger:
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,'succeeded')",
             reused,
         )
-
-    def plan(self) -> Iterator[EarlierBatch]:
-        """The plan's file mini-batches with their members, in plan order: the base of a sticky rerun."""
-        query = "SELECT idx, members, tokens, fingerprint FROM mini_batches WHERE members IS NOT NULL ORDER BY idx"
-        for row in self._db.execute(query):
-            yield EarlierBatch(*row)
-
-    def pending(self, chunk: int = 1000) -> Iterator[MiniBatch]:
-        """Pending mini-batches in plan order, read a chunk at a time."""
-        last = -1
-        while True:
-            rows = self._db.execute(
-                "SELECT idx, descriptor FROM mini_batches WHERE state='pending' AND idx>? ORDER BY idx LIMIT ?",
-                (last, chunk),
-            ).fetchall()
-            if not rows:
-                return
-            for _, blob in rows:
-                yield pickle.loads(blob)
-            last = rows[-1][0]
 
     # Outcomes -------------------------------------------------------------------
 
@@ -236,59 +215,3 @@ class Ledger:
             " items=coalesce(items, ?), worker=?, duration=? WHERE idx=?",
             (attempts, error, exit_code, items, worker, duration, idx),
         )
-
-    # Reading ---------------------------------------------------------------------
-
-    def parts(self) -> Iterator[Part]:
-        """The slice of every succeeded mini-batch that returned rows, in plan order."""
-        for row in self._db.execute(
-            "SELECT part, part_offset, part_length FROM mini_batches"
-            " WHERE state='succeeded' AND part IS NOT NULL ORDER BY idx"
-        ):
-            yield Part(*row)
-
-    def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
-        """Succeeded results keyed by input fingerprint: what a later run may reuse (`reused_from`: the
-        run that made a result this run took from it)."""
-        rows = self._db.execute(
-            "SELECT fingerprint, part, part_offset, part_length, returned, items_failed, items, reused_from"
-            " FROM mini_batches WHERE state='succeeded' AND fingerprint IS NOT NULL"
-        )
-        return {
-            fp: dict(
-                part=Part(path, offset, length) if path else None,
-                returned=returned,
-                items_failed=failed,
-                items=items,
-                reused_from=origin,
-            )
-            for fp, path, offset, length, returned, failed, items, origin in rows
-        }
-
-    def fingerprints(self) -> list[str | None]:
-        return [fp for (fp,) in self._db.execute("SELECT fingerprint FROM mini_batches ORDER BY idx")]
-
-    def rollback(self) -> None:
-        self._successes = []
-        self._db.rollback()
-
-    def counts(self) -> dict[str, int]:
-        rows = self._db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state")
-        return dict(rows.fetchall())
-
-    def rows(self, idx: int | None = None) -> list[dict[str, Any]]:
-        """Mini-batch rows for status and logs commands (without the descriptor)."""
-        query = (
-            "SELECT idx, source, items, state, attempts, returned, items_failed, reused_from, error,"
-            " exit_code, worker, duration FROM mini_batches"
-        )
-        cursor = self._db.execute(
-            query + (" WHERE idx=?" if idx is not None else " ORDER BY idx"), (idx,) if idx is not None else ()
-        )
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row)) for row in cursor]
-
-    def attempts(self, idx: int) -> list[dict[str, Any]]:
-        cursor = self._db.execute("SELECT * FROM attempts WHERE idx=? ORDER BY attempt", (idx,))
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row)) for row in cursor]
