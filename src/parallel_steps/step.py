@@ -52,7 +52,10 @@ def run_step(
     cancel: threading.Event | None = None,
     entry_callables: bytes | None = None,
 ) -> RunSummary:
-    """Run one parallel step to its end and return the run summary.
+    """Run one parallel step to its end, with the driver in this process, and return the run summary.
+
+    `submit_to` is for the callers that can send the driver elsewhere (`jobs.submit`,
+    `ParallelRunStep`, the CLI and the engines); here the driver always runs in this process.
 
     Args:
         config: the step's configuration.
@@ -119,8 +122,15 @@ class ParallelRunStep:
         self.config = base.with_overrides(**{k: v for k, v in given.items() if v is not None})
 
     def run(self, **overrides: Any) -> RunSummary:
-        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed."""
-        return run_step(self.config.with_overrides(**overrides))
+        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed.
+        With `submit_to: ray_job` the driver runs on the Ray cluster, and this waits for it."""
+        config = self.config.with_overrides(**overrides)
+        if config.submit_to == "ray_job":
+            summary = self.submit(**overrides).wait()
+            if summary["status"] != "Succeeded":
+                raise StepFailed(summary)
+            return summary
+        return run_step(config)
 
     def submit(self, **overrides: Any):
         """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""

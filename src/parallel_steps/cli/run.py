@@ -40,10 +40,12 @@ def _run(args: argparse.Namespace) -> int:
     from ..step import run_step
 
     config = config_from_args(args, args.script_args)
-    if args.detach:
+    if args.detach or config.submit_to == "ray_job":
         from ..jobs import submit
 
         handle = submit(config, run_dir=args.run_dir)
+        if not args.detach:  # the driver runs in a Ray job: follow it here
+            return _follow(handle, args.json)
         summary = handle.summary()
         print(json.dumps(summary) if args.json else f"{summary['run_id']} {handle.run_dir}")
         return 0
@@ -58,6 +60,20 @@ def _run(args: argparse.Namespace) -> int:
         progress.close()
     print_summary(summary, args.json)
     return code
+
+
+def _follow(handle, as_json: bool) -> int:
+    """Show a submitted run's progress until it ends; Ctrl-C (or SIGTERM) cancels it."""
+    from ..summary import Counters
+
+    cancel = cancel_on_signals()
+    progress = Progress()
+    try:
+        summary = handle.wait(on_progress=progress.update, stop=cancel)
+    finally:
+        progress.close()
+    print_summary({**Counters().counts(), **summary}, as_json)  # counts a driver lost early never wrote are 0
+    return 0 if summary["status"] == "Succeeded" else 1
 
 
 def _plan(args: argparse.Namespace) -> int:

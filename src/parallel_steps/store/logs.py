@@ -62,6 +62,7 @@ class RunLogs:
         self.root = self.run_dir / "logs"
         self.master_role = self.root / "sys" / "master_role.txt"
         self.progress_overview = self.root / "job_progress_overview.txt"
+        self.progress_snapshot = self.root / "sys" / "job_report" / "progress.json"  # the same, for readers
         self.job_result = self.root / "job_result.txt"
         self.processed = self.root / "sys" / "job_report" / "processed_mini-batches.csv"
         self.events = self.root / "sys" / "events.jsonl"
@@ -138,8 +139,17 @@ class RunLogs:
             if file:
                 file.flush()
 
-    def write_progress(self, text: str) -> None:
+    def write_progress(self, text: str, snapshot: dict[str, Any]) -> None:
+        """The progress overview for people, and the snapshot it is made of for `status` from another process."""
         _write_atomic(self.progress_overview, text)
+        _write_atomic(self.progress_snapshot, json.dumps(snapshot, default=str))
+
+    def read_progress(self) -> dict[str, Any]:
+        """The latest progress snapshot of a running driver ({} before the first)."""
+        try:
+            return json.loads(self.progress_snapshot.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
 
     def write_result(self, text: str) -> None:
         _write_atomic(self.job_result, text)

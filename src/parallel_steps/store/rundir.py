@@ -6,6 +6,8 @@
               logs/           the ParallelRunStep log layout (store/logs.py)
               output/         the output file, unless `output` names another folder or a URL
               step.json       the configuration of a detached run (jobs.py)
+              entry_callables.pkl  a detached run's init/run/shutdown functions (jobs.py)
+              ray_job.json    the Ray job that runs the driver of a `submit_to: ray_job` run
               cancel.requested  written by `parallel-steps cancel`
 
 A rerun in the same directory with the same code key resumes it; with another key it

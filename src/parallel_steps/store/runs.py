@@ -23,6 +23,8 @@ from ..errors import ParallelStepsError
 ACTIVE = ("Queued", "Running")
 CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
 STEP_FILE = "step.json"  # in a run directory: the configuration of a detached run
+CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
+RAY_JOB_FILE = "ray_job.json"  # in a run directory: the Ray job that runs its driver (submit/ray_job.py)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -184,6 +186,19 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     tmp = path.with_name(".run.json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, default=str))
     os.replace(tmp, path)
+
+
+def write_ray_job(run_dir: Path, address: str, job_id: str) -> None:
+    """Name the Ray job that runs the run's driver (and the Jobs API address that knows it)."""
+    (Path(run_dir) / RAY_JOB_FILE).write_text(json.dumps(dict(address=address, submission_id=job_id)))
+
+
+def read_ray_job(run_dir: Path) -> dict[str, str] | None:
+    """`{"address": ..., "submission_id": ...}` of a run whose driver is a Ray job; None for other runs."""
+    try:
+        return json.loads((Path(run_dir) / RAY_JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def request_cancel(run_dir: Path, reason: str) -> None:
