@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plan_scale import PeakRss  # noqa: E402
+from plan_scale import PeakRss
 
-from parallel_steps import FileDataset  # noqa: E402
-from parallel_steps.inputs.incremental import IncrementalPlanner  # noqa: E402
-from parallel_steps.inputs.planner import Planner  # noqa: E402
-from parallel_steps.store.ledger import Ledger  # noqa: E402
+from parallel_steps import FileDataset
+from parallel_steps.inputs.incremental import IncrementalPlanner
+from parallel_steps.inputs.planner import Planner
+from parallel_steps.store.ledger import Ledger
 
 
 def make_files(folder: str, count: int, rng: random.Random) -> None:
@@ -67,13 +67,19 @@ def main() -> None:
         ledger.close()
     diff = planner.diff
     print(f"files: {args.files} + {args.new} new; mini-batches planned on the rerun: {planned}")
-    print(f"planning from scratch (plan written to a ledger): {scratch:.2f} s, "
-          f"peak RSS growth {(scratch_rss.peak - scratch_rss.base) / 2**20:.0f} MB")
-    print(f"planning the rerun against it:                    {rerun:.2f} s, "
-          f"peak RSS growth {(rerun_rss.peak - rerun_rss.base) / 2**20:.0f} MB")
+    print(
+        f"planning from scratch (plan written to a ledger): {scratch:.2f} s, "
+        f"peak RSS growth {(scratch_rss.peak - scratch_rss.base) / 2**20:.0f} MB"
+    )
+    print(
+        f"planning the rerun against it:                    {rerun:.2f} s, "
+        f"peak RSS growth {(rerun_rss.peak - rerun_rss.base) / 2**20:.0f} MB"
+    )
     print(f"ratio rerun / scratch: {rerun / scratch:.2f}")
-    print(f"kept {diff.mini_batches_kept}, new {diff.mini_batches_new}, dropped {diff.mini_batches_dropped}; "
-          f"inputs new {diff.inputs_new}, changed {diff.inputs_changed}, deleted {diff.inputs_deleted}")
+    print(
+        f"kept {diff.mini_batches_kept}, new {diff.mini_batches_new}, dropped {diff.mini_batches_dropped}; "
+        f"inputs new {diff.inputs_new}, changed {diff.inputs_changed}, deleted {diff.inputs_deleted}"
+    )
 
 
 if __name__ == "__main__":

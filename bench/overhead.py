@@ -3,7 +3,9 @@
     python bench/overhead.py [--files 200000] [--cpu-files 20000] [--workers 2] [--repeat 5]
 
 Workloads (mini-batches of 10 files):
-  overhead  run() returns its input: measures bookkeeping (plan, ledger, logs, output, progress).
+  overhead  run() returns its input: measures bookkeeping (plan, ledger, logs, output, progress),
+            with `report: false` (the executor alone), then with the run report (the default,
+            about 0.3 s more here; bench/report.py measures it on its own).
   cpu       about 1 ms of pure-Python work per item: measures what users pay on real work.
 The baseline is what one would write by hand: list and chunk the files, then
 `multiprocessing.Pool(workers).imap_unordered(run, batches)` writing every row to one file.
@@ -66,7 +68,7 @@ def baseline(folder: str, output: str, workers: int) -> float:
     return time.perf_counter() - start
 
 
-def ours(folder: str, script: str, output: str, workers: int, root: str) -> float:
+def ours(folder: str, script: str, output: str, workers: int, root: str, report: bool = False) -> float:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.perf_counter()
     subprocess.run(
@@ -89,6 +91,8 @@ def ours(folder: str, script: str, output: str, workers: int, root: str) -> floa
             "false",
             "--set",
             f"run_root={root}",
+            "--report",
+            str(report).lower(),
         ],
         check=True,
         stdout=subprocess.DEVNULL,
@@ -103,10 +107,11 @@ def make_files(folder: str, count: int) -> None:
         open(os.path.join(folder, f"{i:08d}.txt"), "w").close()
 
 
-def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: str) -> None:
+def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: str, report: bool = False) -> None:
     os.environ["BENCH_LOOPS"] = str(loops)
     folder = os.path.join(tmp, f"in-{name}")
-    make_files(folder, files)
+    if not os.path.exists(folder):
+        make_files(folder, files)
     pairs = []
     for _ in range(repeat):
         base = baseline(folder, os.path.join(tmp, f"base-{name}.txt"), workers)
@@ -116,12 +121,14 @@ def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: s
             os.path.join(tmp, f"out-{name}"),
             workers,
             os.path.join(tmp, "runs"),
+            report,
         )
         pairs.append((base, mine))
     base, mine = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
     ratios = sorted(m / b for b, m in pairs)
+    label = f"{name}{' +report' if report else ''}"
     print(
-        f"{name:9} {files:>7} files  Pool {base:6.2f} s   parallel-steps {mine:6.2f} s   "
+        f"{label:16} {files:>7} files  Pool {base:6.2f} s   parallel-steps {mine:6.2f} s   "
         f"ratio {statistics.median(ratios):.2f} (median of {repeat} pairs, {ratios[0]:.2f}-{ratios[-1]:.2f})"
     )
 
@@ -152,6 +159,7 @@ def main() -> None:
 
         one_file()  # writes the bytecode caches
         compare("overhead", args.files, 0, args.workers, args.repeat, tmp)
+        compare("overhead", args.files, 0, args.workers, args.repeat, tmp, report=True)
         compare("cpu", args.cpu_files, calibrate_loops(), args.workers, args.repeat, tmp)
         os.environ["BENCH_LOOPS"] = "0"
         print(f"one file  start-up wall {one_file():.2f} s")

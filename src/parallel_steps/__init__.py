@@ -15,6 +15,7 @@ _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
     "ParallelRunStep": "parallel_steps.step",
     "run_step": "parallel_steps.step",
+    "load_job": "parallel_steps.azure.job",
     "FileDataset": "parallel_steps.inputs.datasets",
     "TabularDataset": "parallel_steps.inputs.datasets",
     "EntryScript": "parallel_steps.worker.entry_script",
@@ -35,10 +36,12 @@ __all__ = [
     "StepFailed",
     "TabularDataset",
     "__version__",
+    "load_job",
     "run_step",
 ]
 
 if TYPE_CHECKING:
+    from .azure.job import load_job
     from .config import ParallelRunConfig
     from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
     from .inputs.datasets import FileDataset, TabularDataset

@@ -22,11 +22,12 @@ _SIDE_INPUT_REF = re.compile(r"\$\{side_inputs\.([A-Za-z0-9_.-]+)\}")
 
 @dataclass(frozen=True)
 class Checked:
-    """What the checks found: the entry script (None for callables) and side inputs by name (absolute
-    paths, or URLs), and the arguments with `${side_inputs.NAME}` replaced by those."""
+    """What the checks found: the entry script (None for callables), side inputs and models by name
+    (absolute paths, or URLs), and the arguments with `${side_inputs.NAME}` replaced by those."""
 
     entry_script: Path | None
     side_inputs: dict[str, str]
+    models: dict[str, str]
     arguments: list[str]
 
 
@@ -42,12 +43,19 @@ def check_step(config: ParallelRunConfig, entry_callables: bytes | None = None) 
             if not (is_url(path) or GLOB_CHARS & set(path) or os.path.lexists(path)):
                 raise InputError(path, "no such file or folder")
     script = entry_script_path(config) if entry_callables is None else None
-    side_inputs = {}
-    for name, path in config.side_inputs.items():
+    side_inputs = _data_paths(config.side_inputs, "side input")
+    models = _data_paths(config.models, "model")
+    return Checked(script, side_inputs, models, _substitute(config.arguments, config.side_inputs, side_inputs))
+
+
+def _data_paths(entries: dict[str, str], kind: str) -> dict[str, str]:
+    """Side inputs or models: each must exist (URLs are read by the workers); local paths become absolute."""
+    paths = {}
+    for name, path in entries.items():
         if not is_url(path) and not os.path.exists(path):
-            raise InputError(path, f"side input {name!r} not found")
-        side_inputs[name] = path if is_url(path) else os.path.abspath(path)
-    return Checked(script, side_inputs, _substitute(config.arguments, config.side_inputs, side_inputs))
+            raise InputError(path, f"{kind} {name!r} not found")
+        paths[name] = path if is_url(path) else os.path.abspath(path)
+    return paths
 
 
 def check_inputs(config: ParallelRunConfig, entry_callables: bytes | None = None) -> None:

@@ -10,17 +10,21 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import ConfigError, InputError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
+from .inputs.partitions import PartitionFormat
 from .store.runs import default_run_root
 
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-OUTPUT_FORMATS = {".txt": "txt", ".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}
+#: Accepted as ParallelRunConfig takes them, with no effect here (the run logs one INFO line naming them).
+IGNORED_FIELDS = ("environment", "compute_target", "description")
+_LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # Python's logging takes both names
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
@@ -85,6 +89,11 @@ class ParallelRunConfig(BaseModel):
         default_factory=dict,
         description="name: path or fsspec URL of data for every worker; ${side_inputs.name} in arguments becomes its local path.",
     )
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="name: path or fsspec URL of a model; in workers, azureml.core's Model.get_model_path(name) "
+        "returns its local path (a single file's path, else the folder's). Copied to every node like side inputs.",
+    )
     arguments: list[str] = Field(default_factory=list, description="Arguments passed to the entry script in sys.argv.")
     environment_variables: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for every worker."
@@ -98,7 +107,8 @@ class ParallelRunConfig(BaseModel):
     )
     partition_keys: list[str] | None = Field(
         None,
-        description="Key columns: one mini-batch per distinct key combination (tabular input).",
+        description="One mini-batch per distinct combination of these keys: columns of tabular inputs (also hive "
+        "folders such as Store=2/), or keys of the inputs' partition_format (files and tables).",
         json_schema_extra=TRIGGER,
     )
 
@@ -115,6 +125,13 @@ class ParallelRunConfig(BaseModel):
         description="Failed mini-batches tolerated before the job fails; -1 ignores them.",
         json_schema_extra=TRIGGER,
     )
+    allowed_failed_count: int | None = Field(
+        None,
+        ge=-1,
+        description="ParallelRunConfig's name for mini_batch_error_threshold: failed mini-batches tolerated before the job "
+        "fails; -1 ignores them. When both are set, the job fails once either is exceeded.",
+        json_schema_extra=TRIGGER,
+    )
     allowed_failed_percent: float = Field(
         100, ge=0, le=100, description="Percent of mini-batches allowed to fail (0-100).", json_schema_extra=TRIGGER
     )
@@ -123,7 +140,14 @@ class ParallelRunConfig(BaseModel):
     )
     append_row_file_name: str = Field(
         "parallel_run_step.txt",
-        description="Output file name; its extension sets the format (.txt, .csv, .parquet, .jsonl).",
+        description="Name of the append_row output file in the output folder; any file name (the name does not "
+        "change the content, append_row_format does).",
+    )
+    append_row_format: Literal["text", "csv", "parquet", "jsonl"] | None = Field(
+        None,
+        description="Content of the append_row file. text: ParallelRunStep's, one str(element) line per returned "
+        "element, DataFrame rows as space-separated values without header or index; csv (with a header), parquet "
+        "or jsonl. Default: parquet when append_row_file_name ends in .parquet, else text.",
     )
 
     # Workers.
@@ -135,7 +159,9 @@ class ParallelRunConfig(BaseModel):
         json_schema_extra=TRIGGER,
     )
     logging_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
-        "INFO", description="Level of the root logger in workers.", json_schema_extra=TRIGGER
+        "INFO",
+        description="Level of the root logger in workers: DEBUG, INFO, WARNING (or WARN), ERROR, CRITICAL.",
+        json_schema_extra=TRIGGER,
     )
     run_invocation_timeout: float = Field(
         60,
@@ -225,6 +251,11 @@ class ParallelRunConfig(BaseModel):
     profiling_module: Literal["cProfile"] | None = Field(
         None, description="cProfile writes logs/sys/node/<node>/processNNN.profile per worker."
     )
+    report: bool = Field(
+        True,
+        description="Write logs/report.html at the end of the run: timeline per worker, throughput, errors, resources.",
+        json_schema_extra=TRIGGER,
+    )
 
     # Execution.
     backend: Literal["local", "ray"] = Field(
@@ -242,6 +273,21 @@ class ParallelRunConfig(BaseModel):
         "(needs backend ray; the run root on storage the cluster and the caller share).",
     )
 
+    # Accepted as ParallelRunConfig takes them; no effect here.
+    environment: str | None = Field(
+        None,
+        description="ParallelRunConfig's Azure ML environment: accepted, no effect (workers run in the Python "
+        "environment of the run); an Environment object or a mapping is kept as its name.",
+    )
+    compute_target: str | None = Field(
+        None,
+        description="ParallelRunConfig's Azure ML compute target (a name, or a compute object, kept as its name): "
+        "accepted, no effect; backend and node_count say where workers run.",
+    )
+    description: str | None = Field(
+        None, description="ParallelRunConfig's description: accepted, kept in the run summary's config, no effect."
+    )
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
@@ -253,16 +299,29 @@ class ParallelRunConfig(BaseModel):
     @classmethod
     def _inputs(cls, value: Any) -> list[Dataset]:
         items = value if isinstance(value, (list, tuple)) else [value]
-        return [ensure_dataset(item) for item in items]
+        return [_dataset(item, f"inputs[{index}]") for index, item in enumerate(items)]
 
-    @field_validator("side_inputs", mode="before")
+    @field_validator("side_inputs", "models", mode="before")
     @classmethod
-    def _side_inputs(cls, value: Any) -> dict[str, str]:
+    def _named_data(cls, value: Any, info: ValidationInfo) -> dict[str, str]:
+        """A mapping of name -> path (a list of paths is named after the files); names are checked."""
         if isinstance(value, (list, tuple)):
+            if not all(isinstance(p, (str, os.PathLike)) for p in value):
+                raise ValueError(f"{value!r} is not a list of paths (or use NAME: PATH)")
             value = {Path(os.fspath(p)).name: os.fspath(p) for p in value}
         for name in value or {}:
-            check_input_name("side_inputs", name)
+            check_input_name(info.field_name or "side_inputs", name)
         return value or {}
+
+    @field_validator("environment", "compute_target", mode="before")
+    @classmethod
+    def _azure_object(cls, value: Any) -> Any:
+        """An Azure ML object (Environment, ComputeTarget) or mapping is kept as its name only: the summary is
+        published, and an environment's definition may hold registry credentials."""
+        if value is None or isinstance(value, str):
+            return value
+        name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+        return str(name or type(value).__name__)
 
     @field_validator("arguments", mode="before")
     @classmethod
@@ -272,7 +331,13 @@ class ParallelRunConfig(BaseModel):
     @field_validator("environment_variables", mode="before")
     @classmethod
     def _environment(cls, value: Any) -> Any:
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else value
+        if not isinstance(value, dict):
+            return value
+        value = {str(k): str(v) for k, v in value.items()}
+        for name, text in value.items():  # what the OS refuses to start a worker with
+            if not name or "=" in name or "\0" in name + text:
+                raise ValueError(f"{name!r} is not a valid variable (names are not empty, hold no '='; no NUL)")
+        return value
 
     @field_validator("partition_keys", mode="before")
     @classmethod
@@ -282,7 +347,9 @@ class ParallelRunConfig(BaseModel):
     @field_validator("logging_level", mode="before")
     @classmethod
     def _level(cls, value: Any) -> Any:
-        return value.upper() if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        return _LEVEL_ALIASES.get(value.strip().upper(), value.strip().upper())
 
     @field_validator("mini_batch_size", "worker_memory_limit", mode="before")
     @classmethod
@@ -302,8 +369,9 @@ class ParallelRunConfig(BaseModel):
     @field_validator("append_row_file_name")
     @classmethod
     def _output_file(cls, value: str) -> str:
-        if Path(value).name != value or Path(value).suffix.lower() not in OUTPUT_FORMATS:
-            raise ValueError(f"{value!r} must be a file name ending in {', '.join(OUTPUT_FORMATS)}")
+        """Any file name, as in ParallelRunStep, but only a name: the file stays in the output folder."""
+        if not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0"):
+            raise ValueError(f"{value!r} must be a file name, without a folder (e.g. results.txt)")
         return value
 
     @field_validator("retryable_errors")
@@ -328,7 +396,7 @@ class ParallelRunConfig(BaseModel):
                 "use a file count, e.g. 10",
             )
         if self.partition_keys and FileDataset in kinds:
-            raise ConfigError("partition_keys", "needs tabular inputs", "use TabularDataset")
+            _check_file_keys(self.partition_keys, self.inputs)
         if self.submit_to == "ray_job" and self.backend != "ray":
             raise ConfigError(
                 "submit_to", "'ray_job' runs the driver on a Ray cluster, so it needs backend: ray", "set backend=ray"
@@ -356,7 +424,15 @@ class ParallelRunConfig(BaseModel):
 
     @property
     def output_format(self) -> str:
-        return OUTPUT_FORMATS[Path(self.append_row_file_name).suffix.lower()]
+        """The content of the append_row file: `append_row_format`, else parquet for a `.parquet` name, else text."""
+        if self.append_row_format:
+            return self.append_row_format
+        return "parquet" if self.append_row_file_name.lower().endswith(".parquet") else "text"
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        """The fields set that have no effect here (ParallelRunConfig's environment, compute_target, description)."""
+        return [name for name in IGNORED_FIELDS if getattr(self, name) is not None]
 
     @property
     def memory_limit_bytes(self) -> int | None:
@@ -384,7 +460,7 @@ class ParallelRunConfig(BaseModel):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ParallelRunConfig:
         """A config from loose values (strings from templates, forms and flags are coerced)."""
-        unknown = sorted(set(data) - set(cls.model_fields))
+        unknown = sorted(map(str, set(data) - set(cls.model_fields)))  # YAML keys may be numbers or null
         if unknown:
             raise ConfigError(unknown[0], "is not a configuration field", "valid: " + ", ".join(cls.model_fields))
         return cls(**{key: _coerce(cls, key, value) for key, value in data.items()})
@@ -400,23 +476,52 @@ class ParallelRunConfig(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> ParallelRunConfig:
-        """A config from a step file; relative paths are relative to the file's folder."""
-        import yaml  # here, not at the top: most runs never read YAML, and it costs start-up time
+        """A config from a step file, or from an Azure ML v2 `type: parallel` job file (see `load_job`);
+        relative paths are relative to the file's folder."""
+        data = read_yaml(path, "step file")
+        if "type" in data:  # no configuration field is called `type`: a job file
+            from .azure.job import job_fields
 
-        file = Path(path)
-        try:
-            data = yaml.safe_load(file.read_text()) or {}
-        except FileNotFoundError:
-            raise InputError(str(path), "step file not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(str(path), f"cannot read step file ({exc})") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise InputError(str(path), f"not valid YAML{where}") from None
-        if not isinstance(data, dict):
-            raise InputError(str(path), "a step file must be a mapping of configuration fields")
-        return cls.from_dict({**resolve_paths(data, file.absolute().parent), **overrides})
+            return cls.from_dict({**job_fields(data, Path(path)), **overrides})
+        return cls.from_dict({**resolve_paths(data, Path(path).absolute().parent), **overrides})
+
+
+def read_yaml(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The mapping in a YAML file; a missing, unreadable or malformed file is an InputError naming it."""
+    import yaml  # here, not at the top: most runs never read YAML, and it costs start-up time
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise InputError(str(path), f"{what} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), f"cannot read {what} ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(str(path), f"not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise InputError(str(path), f"a {what} must be a mapping of fields")
+    return data
+
+
+def _check_file_keys(keys: list[str], inputs: list[Dataset]) -> None:
+    """File inputs are partitioned by keys of their `partition_format`, as in Azure ML."""
+    for index, dataset in enumerate(inputs):
+        if not dataset.partition_format:
+            raise ConfigError(
+                "partition_keys",
+                f"file input {index} has no partition_format to take {', '.join(keys)} from",
+                "e.g. {type: files, path: data, partition_format: /{user}/{genre}/*.wav}",
+            )
+        have = PartitionFormat(dataset.partition_format).keys
+        missing = [key for key in keys if key not in have]
+        if missing:
+            raise ConfigError(
+                "partition_keys",
+                f"{missing[0]!r} is not a key of partition_format {dataset.partition_format!r}",
+                f"have: {', '.join(have)}",
+            )
 
 
 _PATH_FIELDS = ("entry_script", "source_directory", "output", "run_root")
@@ -434,8 +539,9 @@ def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     for key in _PATH_FIELDS:
         if key in data and not (key == "entry_script" and data.get("source_directory")):
             data[key] = absolute(data[key])
-    if isinstance(data.get("side_inputs"), dict):
-        data["side_inputs"] = {k: absolute(v) for k, v in data["side_inputs"].items()}
+    for key in ("side_inputs", "models"):
+        if isinstance(data.get(key), dict):
+            data[key] = {k: absolute(v) for k, v in data[key].items()}
     if "inputs" in data:
         items = data["inputs"] if isinstance(data["inputs"], list) else [data["inputs"]]
         data["inputs"] = [_resolve_input(item, absolute) for item in items]
@@ -449,6 +555,22 @@ def _resolve_input(item: Any, absolute) -> Any:
         paths = item["path"]
         item = {**item, "path": [absolute(p) for p in paths] if isinstance(paths, list) else absolute(paths)}
     return item
+
+
+def _dataset(item: Any, where: str) -> Dataset:
+    """A dataset; an error inside it names the input and its field (`inputs[0].partition_format: ...`)."""
+    try:
+        return ensure_dataset(item)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in (where, *error["loc"]))
+        if error["type"] == "extra_forbidden":
+            model = FileDataset if exc.title == "FileDataset" else TabularDataset
+            valid = ", ".join(name for name in model.model_fields if name != "type")
+            raise ConfigError(
+                field, f"is not a field of a {model.model_fields['type'].default} input", f"valid: {valid}"
+            ) from None
+        raise ConfigError(field, error["msg"].removeprefix("Value error, ")) from None
 
 
 def _coerce(cls: type[BaseModel], key: str, value: Any) -> Any:
@@ -502,8 +624,13 @@ def public_config(config: ParallelRunConfig) -> dict[str, Any]:
     """The effective configuration as plain JSON data for summaries, run.json, XCom and artifacts:
     environment variable values are masked (a `${env:NAME}` reference is shown as written)."""
     data = json.loads(config.model_dump_json())
-    data["environment_variables"] = {name: mask(value) for name, value in config.environment_variables.items()}
+    data["environment_variables"] = mask_environment(config.environment_variables)
     return data
+
+
+def mask_environment(variables: Mapping[str, str]) -> dict[str, str]:
+    """Environment variables as shown anywhere but in the workers' environment: names, masked values."""
+    return {name: mask(value) for name, value in variables.items()}
 
 
 def mask(value: str) -> str:

@@ -6,7 +6,10 @@ the ledger, never raised between layers; only the step's outcome is raised.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .summary import RunSummary
 
 
 class ParallelStepsError(Exception):
@@ -36,7 +39,7 @@ class UnsupportedPlatform(ConfigError):
 class StepFailed(ParallelStepsError):
     """The step ran and ended Failed or Canceled; `summary` is the run summary."""
 
-    def __init__(self, summary: dict[str, Any]):
+    def __init__(self, summary: RunSummary):
         self.summary = summary
         super().__init__(f"{summary.get('status')}: {summary.get('status_reason')}")
 

@@ -348,7 +348,7 @@ def list_runs(run_root: str | None = None, name: str | None = None) -> list[dict
         return []
     index = RunIndex(root)
     try:
-        records = index.list(name)
+        records = index.runs(name)
     finally:
         index.close()
     for record in records:

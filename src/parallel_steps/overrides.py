@@ -22,7 +22,7 @@ FIELDS = tuple(ParallelRunConfig.model_fields)
 OVERRIDABLE = frozenset(
     name
     for name, field in ParallelRunConfig.model_fields.items()
-    if (field.json_schema_extra or {}).get("trigger_overridable")
+    if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("trigger_overridable")
 )
 ALL = "all"
 

@@ -38,6 +38,8 @@ class RunPlan:
         """Write the whole plan, taking finished results from `sources`. File inputs keep the earlier
         plan's mini-batches (inputs/incremental.py); others are matched by fingerprint."""
         config = self.config
+        planner: IncrementalPlanner | Planner
+        rows: Iterator[PlanRow]
         if is_incremental(config.inputs, config.partition_keys):
             planner = IncrementalPlanner(
                 config.inputs, config.batch_size, config.reuse_fingerprint, sources.earlier_plan()

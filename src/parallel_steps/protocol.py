@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .store.logs import WorkerLogPaths
@@ -46,6 +46,8 @@ class WorkerSpec:
     source_directory: str | None = None
     arguments: list[str] = field(default_factory=list)
     side_inputs: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # name -> path, for azureml.core's Model.get_model_path
+    metrics_log: str | None = None  # where azureml.core's Run log calls go
     logging_level: str = "INFO"
     profile: bool = False
     fingerprint_mode: str = "stat"
@@ -65,7 +67,7 @@ class Outcome:
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
     tokens: bytes | None = None  # with each file's size and mtime (or hash), encoded for the ledger
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
         return Outcome, (
             self.ok,
@@ -112,7 +114,8 @@ class InitFailed(Event):
 
 @dataclass(frozen=True)
 class ItemsLoaded(Event):
-    """The worker loaded a mini-batch whose item count only reading could tell."""
+    """The worker loaded a mini-batch whose item count only reading could tell. Advisory: a pool may
+    drop it when the mini-batch finishes first (`Finished.outcome.items` carries the count too)."""
 
     mini_batch: int
     items: int

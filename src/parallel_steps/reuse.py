@@ -1,8 +1,8 @@
 """Reuse (DESIGN.md section 6): what determines a step's results, hashed; where earlier results are found.
 
 The code key covers everything but the inputs: the entry script, the
-source directory, arguments, side inputs, the fields that change results, and
-the project's version. Each mini-batch adds its own input fingerprint, so a
+source directory, arguments, side inputs, models, the fields that change results,
+and the project's version. Each mini-batch adds its own input fingerprint, so a
 result is reusable when the code key and that fingerprint are unchanged; the
 step key (code key plus every fingerprint) identifies a whole run. Speed-only
 fields (node and process counts, timeouts, logging, backend) are left out.
@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from . import __version__
 from .checks import Checked
@@ -43,6 +43,7 @@ def code_key(
     entry_script: Path | None,
     entry_callables: bytes | None,
     side_inputs: dict[str, str],
+    models: dict[str, str],
     skip: Iterable[Path] = (),
 ) -> str:
     """The key of everything except the inputs; `skip` leaves run and output folders out of the source tree."""
@@ -53,10 +54,11 @@ def code_key(
         digest.update(b"script\0" + content_hash(str(entry_script)).encode())
     if config.source_directory:
         _tree(digest, Path(config.source_directory), config.reuse_fingerprint, {Path(p).resolve() for p in skip})
-    for name, path in sorted(side_inputs.items()):
-        digest.update(f"side_input\0{name}\0".encode())
-        for file, stat in iter_files([path]):
-            digest.update(file_identity(file, stat, config.reuse_fingerprint))
+    for kind, entries in (("side_input", side_inputs), ("model", models)):
+        for name, path in sorted(entries.items()):
+            digest.update(f"{kind}\0{name}\0".encode())
+            for file, stat in iter_files([path]):
+                digest.update(file_identity(file, stat, config.reuse_fingerprint))
     fields = {name: getattr(config, name) for name in RESULT_FIELDS}
     fields["batch_size"] = config.batch_size
     fields["output_format"] = config.output_format
@@ -69,12 +71,16 @@ def step_code_key(config: ParallelRunConfig, checked: Checked, entry_callables: 
     skip = [config.resolved_run_root()]
     if config.output and not is_url(config.output):
         skip.append(Path(config.output))
-    return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, skip=skip)
+    return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, checked.models, skip=skip)
 
 
-def step_key(code: str, fingerprints: Iterable[str]) -> str:
+def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
+    """The step's key: its code and every mini-batch's fingerprint, in plan order. Callers wait until each
+    has one (a streamed plan's file mini-batches get theirs from the worker that reads them)."""
     digest = hashlib.sha256(code.encode())
     for fingerprint in fingerprints:
+        if fingerprint is None:
+            raise ValueError("a step key needs every mini-batch's fingerprint")
         digest.update(fingerprint.encode())
     return digest.hexdigest()
 
@@ -143,6 +149,8 @@ class ReuseSources:
     def find(self, mini_batch: MiniBatch) -> dict[str, Any] | None:
         """The committed result of a mini-batch with the same fingerprint (its part linked into this
         run), with the `run_id` of the run that made it; None when no source has it."""
+        if mini_batch.fingerprint is None:  # not fingerprinted yet: nothing to match
+            return None
         for run_id, results in self._sources:
             result = results.get(mini_batch.fingerprint)
             if result is None or (result["part"] and not os.path.exists(result["part"].path)):
@@ -178,22 +186,21 @@ def restore_whole_step(
             output = str(run.output_dir)
             target = str(link_or_copy(source, run.output_dir / config.append_row_file_name))
     # Counts describe this invocation: nothing ran, every mini-batch was reused.
-    return RunSummary(
-        **{  # type: ignore[typeddict-item]
-            **summary,
-            "reused": True,
-            "output": output,
-            "output_file": target,
-            "mini_batches_reused": summary["mini_batches_total"],
-            "mini_batches_run": 0,
-            "workers_started": 0,
-            "attempts_retried": 0,
-            "started_at": timestamp(started_at),
-            "ended_at": timestamp(),
-            "elapsed_s": round(time.time() - started_at, 3),
-            "config": public_config(config),
-        }
-    )
+    restored: RunSummary = {
+        **cast(RunSummary, summary),  # read back from the run.json a RunSummary was written to
+        "reused": True,
+        "output": output,
+        "output_file": target,
+        "mini_batches_reused": summary["mini_batches_total"],
+        "mini_batches_run": 0,
+        "workers_started": 0,
+        "attempts_retried": 0,
+        "started_at": timestamp(started_at),
+        "ended_at": timestamp(),
+        "elapsed_s": round(time.time() - started_at, 3),
+        "config": public_config(config),
+    }
+    return restored
 
 
 def output_file_url(output_url: str, config: ParallelRunConfig) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .azure.azureml_shim import count_metrics, metrics_path
 from .checks import check_step
 from .config import ParallelRunConfig, public_config, resolved_environment
 from .control import Cancel
@@ -34,6 +35,7 @@ from .platform import require_linux
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
+from .report import write_run_report
 from .reuse import ReuseSources, output_file_url, restore_whole_step, step_code_key, step_key
 from .store.logs import timestamp
 from .store.output import assemble
@@ -220,6 +222,9 @@ class _StepRun:
         self.log = log = logs.master_logger(run.run_id)
         self.report = Reporter(logs, log, self.on_progress, self.on_event)
         log.info("run %s of step %s in %s", run.run_id, self.config.name, run.path)
+        if self.config.ignored_fields:
+            ignored = ", ".join(self.config.ignored_fields)
+            log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
         if not self.plan.counters.planning:
             self._log_plan()
         running = self._summary("Running", "running")
@@ -332,6 +337,8 @@ class _StepRun:
             source_directory=config.source_directory,
             arguments=self.checked.arguments,
             side_inputs=self.checked.side_inputs,
+            models=self.checked.models,
+            metrics_log=str(metrics_path(run.logs.root, node_id, process_name)),
             logging_level=config.logging_level,
             profile=config.profiling_module == "cProfile",
             fingerprint_mode=config.reuse_fingerprint,
@@ -365,15 +372,19 @@ class _StepRun:
             status,
             reason,
             self.started_at,
-            run_id=run.run_id,
-            name=self.config.name,
-            run_dir=str(run.path),
-            output=run.output_url or str(run.output_dir),
-            output_file=self.output_file if status == "Succeeded" else None,
-            shutdown_cut_off=self.shutdown_cut_off,
-            restarts=self.restarts,
-            job_result=str(run.logs.job_result),
-            config=public_config(self.config),
+            RunSummary(
+                run_id=run.run_id,
+                name=self.config.name,
+                run_dir=str(run.path),
+                output=run.output_url or str(run.output_dir),
+                output_file=self.output_file if status == "Succeeded" else None,
+                append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
+                metrics_logged=count_metrics(run.logs.root),
+                shutdown_cut_off=self.shutdown_cut_off,
+                restarts=self.restarts,
+                job_result=str(run.logs.job_result),
+                config=public_config(self.config),
+            ),
         )
 
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:
@@ -383,6 +394,8 @@ class _StepRun:
             index.update(run.run_id, step_key=step_key(self.code, fingerprints))
         run.ledger.set(status=summary["status"])
         run.ledger.close()
+        logs.flush()  # the report reads the attempts and events
+        summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
         write_summary(run.path, summary)
         logs.write_result(_job_result(summary, logs.where_to_look()))
         if not logs.error_summary.exists():

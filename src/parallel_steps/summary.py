@@ -9,6 +9,7 @@ while a run goes; `summarize` and `snapshot` turn them into summaries.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -54,6 +55,9 @@ class RunSummary(TypedDict, total=False):
     attempts_retried: int
     workers_started: int
     shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
+    append_row_format: str | None  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
+    metrics_logged: int  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
+    report: str | None  # logs/report.html, the run's page (None with report: false)
     started_at: str
     ended_at: str | None
     elapsed_s: float
@@ -112,8 +116,8 @@ class Counters:
         self.items_total += items
         self.items_failed += items
 
-    def counts(self) -> dict[str, int]:
-        return dict(
+    def counts(self) -> RunSummary:
+        return RunSummary(
             items_total=self.items_total,
             items_succeeded=self.items_succeeded,
             items_failed=self.items_failed,
@@ -131,38 +135,46 @@ class Counters:
         )
 
     @classmethod
-    def of(cls, summary: RunSummary) -> Counters:
+    def of(cls, summary: Mapping[str, Any]) -> Counters:
         """The counts of an earlier run's summary (to judge them against this run's thresholds)."""
-        names = ("mini_batches_total", "mini_batches_succeeded", "mini_batches_failed", "items_failed")
-        return cls(**{name: summary.get(name, 0) for name in names})  # type: ignore[misc]
+        return cls(
+            mini_batches_total=summary.get("mini_batches_total", 0),
+            mini_batches_succeeded=summary.get("mini_batches_succeeded", 0),
+            mini_batches_failed=summary.get("mini_batches_failed", 0),
+            items_failed=summary.get("items_failed", 0),
+        )
 
 
 def snapshot(counters: Counters, elapsed: float, busy: int, idle: int) -> RunSummary:
     """A progress snapshot: the counts, the rate of this run and the time left."""
     remaining = counters.mini_batches_total - counters.done
     rate = counters.run / elapsed if elapsed > 0 else 0.0
-    return RunSummary(
-        status="Running",
-        **counters.counts(),
-        mini_batches_done=counters.done,
-        elapsed_s=round(elapsed, 3),
-        rate_per_s=round(rate, 3),
-        eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
-        workers_busy=busy,
-        workers_idle=idle,
+    summary = RunSummary(status="Running")
+    summary.update(counters.counts())
+    summary.update(
+        RunSummary(
+            mini_batches_done=counters.done,
+            elapsed_s=round(elapsed, 3),
+            rate_per_s=round(rate, 3),
+            eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
+            workers_busy=busy,
+            workers_idle=idle,
+        )
     )
+    return summary
 
 
-def summarize(counters: Counters, status: str, reason: str, started_at: float, **fields: Any) -> RunSummary:
+def summarize(counters: Counters, status: str, reason: str, started_at: float, fields: RunSummary) -> RunSummary:
     """A run's summary from its counts; `fields` are the rest (run_id, run_dir, output, config, ...)."""
     ended = time.time()
-    return RunSummary(
-        status=status,
-        status_reason=reason,
-        reused=False,
-        **counters.counts(),
-        started_at=timestamp(started_at),
-        ended_at=timestamp(ended) if status in TERMINAL else None,
-        elapsed_s=round(ended - started_at, 3),
-        **fields,
+    summary = RunSummary(status=status, status_reason=reason, reused=False)
+    summary.update(counters.counts())
+    summary.update(
+        RunSummary(
+            started_at=timestamp(started_at),
+            ended_at=timestamp(ended) if status in TERMINAL else None,
+            elapsed_s=round(ended - started_at, 3),
+        )
     )
+    summary.update(fields)
+    return summary

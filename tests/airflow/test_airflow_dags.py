@@ -20,6 +20,8 @@ def test_digits_dag_scores_reruns_with_conf_and_reuses(run_dag):
     assert (summary["mini_batches_total"], summary["items_succeeded"]) == (45, 450)
     assert first.xcom("accuracy") > 0.9
     assert "progress: 45/45 mini-batches done" in first.log
+    assert f"; report: {summary['report']}" in first.log  # the task log ends with the report and key figures
+    assert Path(summary["report"]).is_file()
 
     smaller = run_dag("parallel_run_digits", {"mini_batch_size": 5})
     assert smaller.returncode == 0, smaller.log[-5000:]

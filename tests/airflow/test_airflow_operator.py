@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from parallel_steps import ConfigError, ParallelRunConfig
 from parallel_steps.airflow import ParallelRunOperator
+from parallel_steps.report import key_figures
 
 ECHO = """
 def run(mini_batch):
@@ -180,11 +181,16 @@ class TestExecute:
         assert summary["mini_batches_total"] == 3
         assert summary["config"]["run_max_try"] == 1
 
-    def test_progress_lines_stream_into_the_task_log(self, write_script, make_files, context, capsys):
-        operator(write_script(ECHO), make_files(6), mini_batch_size=2).execute(context())
+    def test_progress_lines_stream_into_the_task_log_which_ends_with_the_report(
+        self, write_script, make_files, context, capsys
+    ):
+        summary = operator(write_script(ECHO), make_files(6), mini_batch_size=2).execute(context())
         out = capsys.readouterr().out
         assert "progress: 3/3 mini-batches done" in out
         assert "Succeeded: every mini-batch succeeded" in out
+        last = out.strip().splitlines()[-1]
+        assert f"{key_figures(summary)}; report: {summary['report']}" in last
+        assert Path(summary["report"]).is_file()
 
 
 FLAKY = """
@@ -222,6 +228,8 @@ class TestFailureAndRetry:
         out = capsys.readouterr().out
         assert job_result in out
         assert "Status: Failed" in out
+        summary = ctx["ti"].pushed["parallel_run_summary"]
+        assert f"{key_figures(summary)}; report: {summary['report']}" in out
         assert "data not ready" in out  # failed mini-batches are reported as they happen
 
     def test_a_task_retry_resumes_the_step_and_runs_only_what_failed(self, write_script, make_files, context, tmp_path):

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: `parallel-steps` as a command line, for tests that start it themselves (Popen, signals).
+CLI = [sys.executable, "-m", "parallel_steps.cli"]
+
 
 def cli(*args: str, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
     """Run `parallel-steps ARGS` as a user would."""
     return subprocess.run(
-        [sys.executable, "-m", "parallel_steps.cli", *map(str, args)],
+        [*CLI, *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,

@@ -281,6 +281,14 @@ class TestParallelRunStepCompatibility:
         assert "printed to stdout" in stdout
         assert "root logger line" in stdout
 
+    @pytest.mark.parametrize("name", ["score", "score.txt"])
+    def test_an_entry_script_runs_whatever_its_file_name_ends_with(self, make_files, write_script, name):
+        make_files(3)
+        write_script(ECHO, name=name)
+        summary = run_step(step(entry_script=name, process_count_per_node=1))
+        assert summary["status"] == "Succeeded"
+        assert output_lines(summary) == ["0", "1", "2"]
+
     def test_every_file_of_the_log_layout_exists(self, make_files, write_script):
         make_files(3)
         write_script(ECHO)
@@ -311,18 +319,25 @@ class TestParallelRunStepCompatibility:
 
 
 class TestOutput:
-    @pytest.mark.parametrize("name", ["out.txt", "out.csv", "out.jsonl", "out.parquet"])
-    def test_formats_from_the_file_name(self, tmp_path, write_script, name):
+    @pytest.mark.parametrize(
+        ("name", "fmt"),
+        [("out.txt", None), ("out.csv", "csv"), ("out.jsonl", "jsonl"), ("out.parquet", None), ("out.bin", "parquet")],
+    )
+    def test_formats_chosen_by_append_row_format(self, tmp_path, write_script, name, fmt):
         frame = pd.DataFrame({"id": range(300), "x": [i / 3 for i in range(300)]})
         frame.to_csv(tmp_path / "t.csv", index=False)
         write_script("def run(df):\n    df['y'] = df['x'] * 2\n    return df\n")
-        summary = run_step(step(inputs=[TabularDataset("t.csv")], mini_batch_size=1000, append_row_file_name=name))
+        config = step(inputs=[TabularDataset("t.csv")], mini_batch_size=1000, append_row_file_name=name)
+        summary = run_step(config.with_overrides(append_row_format=fmt) if fmt else config)
         path = Path(summary["output_file"])
+        assert path.name == name
         if name.endswith(".txt"):
+            assert summary["append_row_format"] == "text"
             assert path.read_text().splitlines()[1] == "1 0.3333333333333333 0.6666666666666666"
             return
+        assert summary["append_row_format"] == (fmt or "parquet")
         back = {"csv": pd.read_csv, "jsonl": lambda p: pd.read_json(p, lines=True), "parquet": pd.read_parquet}[
-            path.suffix[1:]
+            summary["append_row_format"]
         ](path)
         assert back["id"].tolist() == list(range(300))
         assert back["y"].tolist() == pytest.approx([2 * i / 3 for i in range(300)])

@@ -6,7 +6,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ from parallel_steps import ParallelRunConfig, StepFailed, TabularDataset
 from parallel_steps.plan import preview
 from parallel_steps.step import run_step
 
-from .conftest import cli, output_lines
+from .conftest import CLI, cli, output_lines
 
 # Each run() call appends one line per mini-batch it ran to calls.log (O_APPEND: whole lines).
 SCORE = """
@@ -178,9 +177,7 @@ def test_plan_diff_tells_what_would_run_and_why_without_running(tmp_path, scored
 def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once(tmp_path, scored):
     new = add_files(tmp_path / "data", 300, random.Random(4))
     command = [
-        sys.executable,
-        "-m",
-        "parallel_steps.cli",
+        *CLI,
         "run",
         "--entry-script",
         "score.py",

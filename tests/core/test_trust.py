@@ -5,10 +5,9 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
-from .conftest import cli, cli_json
+from .conftest import CLI, cli, cli_json
 
 SECRET = "s3cr3t-token-value"
 
@@ -99,9 +98,7 @@ def test_run_files_follow_the_callers_umask(tmp_path, make_files, write_script):
     make_files(2)
     write_script("def run(mini_batch):\n    return mini_batch\n")
     command = [
-        sys.executable,
-        "-m",
-        "parallel_steps.cli",
+        *CLI,
         "run",
         "--entry-script",
         "score.py",

@@ -66,6 +66,7 @@ def test_tables_named_by_url_split_into_pieces_give_every_row_once(tmp_path, wri
         mini_batch_size="16KB",
         output="out",
         append_row_file_name="ids.csv",
+        append_row_format="csv",
     )
 
     summary = run_step(config)

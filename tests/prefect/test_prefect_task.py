@@ -7,6 +7,7 @@ from prefect_helpers import artifacts, flow_run_id, summary_table, table, task_s
 
 from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.prefect import ParallelRunFailed, parallel_run
+from parallel_steps.report import key_figures
 from prefect import flow
 
 ECHO = """
@@ -51,6 +52,12 @@ class TestRun:
         assert shown["config.mini_batch_size"] == 5
         assert shown["output_file"] == summary["output_file"]
         assert artifacts(run, "echo-failed-mini-batches") == []
+        (report,) = artifacts(run, "echo-report")
+        assert report.type == "markdown"
+        assert key_figures(summary) in report.data
+        assert f"Report: `{summary['report']}`" in report.data
+        assert "No errors." in report.data
+        assert Path(summary["report"]).is_file()
 
     def test_takes_a_config_a_dict_or_a_step_file_with_field_overrides(self, write_script, make_files, tmp_path):
         script, data = write_script(ECHO), make_files(6)
@@ -144,6 +151,13 @@ class TestFailure:
         failed = table(run, "breaks-failed-mini-batches")
         assert [(row["idx"], row["attempts"]) for row in failed] == [(1, 2)]
         assert "corrupt input f0003" in failed[0]["error"]
+        (report,) = artifacts(run, "breaks-report")
+        summary = raised.value.summary
+        assert key_figures(summary) in report.data
+        assert "#### Errors (1 distinct)" in report.data
+        (group,) = [line for line in report.data.splitlines() if line.startswith("| 2 |")]
+        assert group.startswith("| 2 | 1 | `RuntimeError: corrupt input f0003` | mini-batch 1 on node0/process00")
+        assert Path(summary["report"]).is_file()
 
 
 class TestReuse:

@@ -13,7 +13,7 @@ from pathlib import Path
 #: Every simulated node: 1 CPU, 2 logical GPUs, a small object store (all nodes share this machine).
 NODE_ARGS = dict(num_cpus=1, num_gpus=2, object_store_memory=100 * 2**20)
 #: Actor class names of parallel-steps (none may be alive after a run).
-OUR_ACTORS = ("ParallelStepsWorker", "_Mailbox")
+OUR_ACTORS = ("ParallelStepsWorker", "Mailbox")
 #: The console script of this environment.
 CLI = str(Path(sys.executable).parent / "parallel-steps")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 from pathlib import Path
@@ -73,6 +74,11 @@ def test_local_and_ray_give_byte_identical_output(ray_cluster, tmp_path):
     assert Path(on_cluster["output_file"]).read_bytes() == expected
     assert Path(started["output_file"]).read_bytes() == expected
     assert on_cluster["config"]["backend"] == started["config"]["backend"] == "ray"
+    # The run report draws Ray workers like local ones: a row per worker, a bar per attempt.
+    page = Path(on_cluster["report"]).read_text()
+    data = json.loads(page.split('<script type="application/json" id="report-data">')[1].split("</script>")[0])
+    assert set(data["timeline"]["workers"]) <= {f"node{n}/process00{p}" for n in (0, 1) for p in (0, 1)}
+    assert sorted(data["timeline"]["bars"]["mini_batch"]) == list(range(8))
     assert _ray_daemons() <= daemons  # the Ray started for the run is gone
 
 

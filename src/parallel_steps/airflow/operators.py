@@ -28,6 +28,7 @@ from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed
 from ..jobs import RunHandle, cancel, run_status, submit
 from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides
 from ..platform import require_linux
+from ..report import key_figures
 from ..step import run_step
 
 FIELDS: tuple[str, ...] = tuple(ParallelRunConfig.model_fields)
@@ -275,6 +276,11 @@ class ParallelRunOperator(BaseOperator):
             summary["items_failed"],
         )
         self.log.info("output: %s", summary.get("output_file") or summary.get("output"))
+        self._log_report(summary)
+
+    def _log_report(self, summary: dict[str, Any]) -> None:
+        """The task log's last line: the key figures and the run's report page."""
+        self.log.info("%s; report: %s", key_figures(summary), summary.get("report") or "not written")
 
     def _failure(self, summary: dict[str, Any], context: Mapping[str, Any]) -> str:
         """Log the job result and keep the summary in XCom; return the exception's message."""
@@ -283,6 +289,7 @@ class ParallelRunOperator(BaseOperator):
             self.log.error("job result (%s):\n%s", job_result, Path(job_result).read_text())
         except OSError:
             pass
+        self._log_report(summary)
         ti = context.get("ti")
         if ti is not None and hasattr(ti, "xcom_push"):
             ti.xcom_push(key="parallel_run_summary", value=summary)

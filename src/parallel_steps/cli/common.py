@@ -114,6 +114,8 @@ def print_summary(summary: RunSummary, as_json: bool) -> None:
         f"  output:       {summary.get('output_file') or summary.get('output')}",
         f"  logs:         {Path(summary['run_dir']) / 'logs'}",
     ]
+    if summary.get("report"):
+        lines.append(f"  report:       {summary['report']}")
     print("\n".join(lines))
 
 

@@ -19,6 +19,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     wait.add_argument("--timeout", type=float, help="give up after this many seconds (exit 1)")
     wait.add_argument("--json", action="store_true")
     _job_command(commands, "cancel", _cancel, "stop a run (its workers are stopped within seconds)")
+    report = _job_command(
+        commands, "report", _report, "write a run's report page: timeline per worker, throughput, errors, resources"
+    )
+    report.add_argument("-o", "--output", metavar="FILE", help="the page's path (default RUN/logs/report.html)")
+    report.add_argument(
+        "--trace", metavar="FILE", help="also write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)"
+    )
     logs = _job_command(commands, "logs", _logs, "the driver's log, workers' stderr, or one mini-batch's story")
     logs.add_argument(
         "--mini-batch", type=int, metavar="ID", help="attempts, journal lines and tracebacks of one mini-batch"
@@ -73,6 +80,18 @@ def _cancel(args: argparse.Namespace) -> int:
 
     summary = cancel(args.run, args.run_root)
     print(f"cancel requested for {summary['run_id']} ({summary['status']})")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ..jobs import resolve_run, run_status
+    from ..report import write_report, write_trace
+
+    run_dir = resolve_run(args.run, args.run_root)
+    summary = run_status(str(run_dir))  # a running run's counts are live
+    print(f"report: {write_report(run_dir, summary, output=args.output)}")
+    if args.trace:
+        print(f"trace:  {write_trace(run_dir, args.trace)}")
     return 0
 
 

@@ -9,6 +9,7 @@ job. Where a node sits comes from node_topology.py; its Ray processes from ray_n
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -132,9 +133,9 @@ class _MainNode:
                 lambda: head.running(),
                 lambda: f"the Ray head did not start on {gcs} ({head.log_hint()})",
             )
-            ray.init(address=gcs, logging_level="WARNING", log_to_driver=False)
+            ray.init(address=gcs, logging_level=logging.WARNING, log_to_driver=False)
             self._wait_for_nodes(ray, num_nodes, head)
-            overrides = dict(backend="ray", ray_address=gcs)
+            overrides: dict[str, Any] = dict(backend="ray", ray_address=gcs)
             if "node_count" not in parse_set(self.args.set):
                 overrides["node_count"] = num_nodes
             try:
@@ -192,7 +193,7 @@ class _WorkerNode:
         self.stopping = False
 
     def run(self) -> int:
-        host, port = self.topology.main_address, self.args.port
+        host, port = self.topology.main_address or "", self.args.port  # detect_topology demands one here
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._stop)
         wait_until(

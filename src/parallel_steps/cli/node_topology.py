@@ -29,23 +29,23 @@ def detect_topology(env: Any, args: argparse.Namespace) -> Topology:
     """The scheduler's view of this node (AWS Batch, Slurm, Kubernetes), with flags taking precedence."""
     if "AWS_BATCH_JOB_NODE_INDEX" in env:
         found = Topology(
-            _int(env, "AWS_BATCH_JOB_NODE_INDEX"),
+            _index(env, "AWS_BATCH_JOB_NODE_INDEX"),
             _int(env, "AWS_BATCH_JOB_NUM_NODES"),
-            _int(env, "AWS_BATCH_JOB_MAIN_NODE_INDEX", 0),
+            _index(env, "AWS_BATCH_JOB_MAIN_NODE_INDEX"),
             env.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"),
             "AWS Batch",
         )
     elif "SLURM_NODEID" in env:
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         found = Topology(
-            _int(env, "SLURM_NODEID"),
+            _index(env, "SLURM_NODEID"),
             _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES"),
             0,
             _first_slurm_host(nodelist) if nodelist else None,
             "Slurm",
         )
     elif "JOB_COMPLETION_INDEX" in env:
-        found = Topology(_int(env, "JOB_COMPLETION_INDEX"), None, 0, None, "Kubernetes")
+        found = Topology(_index(env, "JOB_COMPLETION_INDEX"), None, 0, None, "Kubernetes")
     else:
         found = Topology(0, None, 0, None, "flags")
     topology = Topology(
@@ -64,6 +64,11 @@ def detect_topology(env: Any, args: argparse.Namespace) -> Topology:
             "pass --main-address or set PARALLEL_STEPS_MAIN_ADDRESS",
         )
     return topology
+
+
+def _index(env: Any, name: str) -> int:
+    """A node index from the scheduler's environment: an unset or empty one is 0."""
+    return _int(env, name) or 0
 
 
 def _int(env: Any, name: str, default: int | None = None) -> int | None:

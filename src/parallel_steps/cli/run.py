@@ -102,6 +102,8 @@ def _plan(args: argparse.Namespace) -> int:
         bytes_per_batch=_spread(sizes),
         first=first,
         notes=planner.notes,
+        append_row_file_name=config.append_row_file_name if config.output_action == "append_row" else None,
+        append_row_format=config.output_format if config.output_action == "append_row" else None,
     )
     if args.json:
         print(json.dumps(plan))
@@ -120,6 +122,8 @@ def _plan(args: argparse.Namespace) -> int:
             f"  #{batch['id']}: {batch['items'] if batch['items'] is not None else '?'} {plan['unit']}, "
             f"{batch['bytes']} bytes  {batch['source']}"
         )
+    if plan["append_row_format"]:
+        print(f"output: {plan['append_row_file_name']} ({plan['append_row_format']})")
     for note in plan["notes"]:
         print(f"note: {note}")
     return 0

@@ -1,11 +1,11 @@
 """The driver (the main role): hands out mini-batches, turns pool events into outcomes, commits results.
 
 It takes pending mini-batches in plan order (as the plan streams in, or from the
-ledger on a resume), keeps each ready worker's short queue filled, and records
-every attempt in the ledger, the attempt log and the counters. What it decides
-is delegated: retries and error groups to `faults`, when the job must stop to
-`health`, progress and events to `progress`. It knows neither processes nor Ray:
-everything it does to workers goes through a `WorkerPool`.
+ledger on a resume) and keeps each ready worker's short queue filled. What it
+decides is delegated: recording outcomes (the ledger, the attempt log, the
+counters) to `outcomes`, retries and error groups to `faults`, when the job must
+stop to `health`, progress and events to `progress`. It knows neither processes
+nor Ray: everything it does to workers goes through a `WorkerPool`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ParallelRunConfig
@@ -28,31 +27,21 @@ from ..protocol import (
     HangTimeoutChanged,
     InitFailed,
     ItemsLoaded,
-    LossReason,
     Lost,
-    Outcome,
     Ready,
     WorkerInfo,
 )
 from ..store.ledger import Ledger
-from ..store.logs import timestamp
 from ..store.runs import cancel_requested
-from ..summary import RESUMED_COUNTS, Counters, RunSummary, snapshot
+from ..summary import Counters, RunSummary, snapshot
 from .faults import ErrorGroups, RetryPolicy, error_line
 from .health import JobHealth
+from .outcomes import Attempt, Outcomes
 from .progress import Reporter
 
 _TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
-_COMMIT_EVERY_S = 0.1  # a killed driver loses the results of the last moment; they run again on resume
+_COMMIT_WAIT_S = 0.1  # the longest the loop waits holding uncommitted results
 CANCEL_GRACE_S = 10.0  # how long mini-batches in flight may finish after a cancel before workers are killed
-
-
-@dataclass(eq=False)  # queues find and remove attempts by identity, not by comparing every field
-class _Attempt:
-    mini_batch: MiniBatch
-    attempt: int
-    started: float
-    items: int | None
 
 
 class Driver:
@@ -79,20 +68,19 @@ class Driver:
         self.errors = ErrorGroups(config.max_same_error, report.logs)
         settings = pool.settings
         self.health = JobHealth(config, counters, self.errors, settings.node_count, settings.process_count_per_node)
+        self.outcomes = Outcomes(ledger, counters, self.policy, self.errors, self.health, report)
         self._pending = pending  # in plan order, each already in the ledger
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
         self._ready: dict[str, WorkerInfo] = {}
-        self._queued: dict[str, collections.deque[_Attempt]] = {}  # per ready worker, in run order
+        self._queued: dict[str, collections.deque[Attempt]] = {}  # per ready worker, in run order
         # A moving average of log(duration): a worker descheduled for a few ms in one mini-batch barely moves it.
         self._log_duration: float | None = None
         self._started = time.monotonic()
         self._next_cancel_check = 0.0
         self._requested: str | None = None  # the reason of a cancel request file
         self._drain_until: float | None = None  # set by a cancel: in-flight mini-batches may finish until then
-        self._dirty = False
-        self._last_commit = 0.0
 
     # The loop ---------------------------------------------------------------------------
 
@@ -108,9 +96,9 @@ class Driver:
                 self._check_canceled()
                 if self._drain_until is None:
                     self._dispatch()
-                for event in self.pool.next_events(_COMMIT_EVERY_S if self._dirty else _TICK_S):
+                for event in self.pool.next_events(_COMMIT_WAIT_S if self.outcomes.dirty else _TICK_S):
                     self._handle(event)
-                self._commit(force=False)
+                self.outcomes.commit(force=False)
                 self.health.check()
                 if self.report.due():
                     self.report.progress(self.progress())
@@ -118,7 +106,7 @@ class Driver:
         except JobStopped as stop:
             status, reason = stop.status, str(stop)
             self.report.emit("threshold_exceeded" if status == "Failed" else "job_canceled", reason=reason)
-        self._commit()
+        self.outcomes.commit()
         self.report.progress(self.progress())
         self.report.emit("job_finished", status=status, reason=reason)
         return status, reason
@@ -162,8 +150,8 @@ class Driver:
     def _next_mini_batch(self) -> tuple[MiniBatch, int] | None:
         if self._retry:
             return self._retry.popleft()
-        if self._peek_pending():
-            mini_batch, self._lookahead = self._lookahead, None
+        if self._peek_pending() and (mini_batch := self._lookahead) is not None:
+            self._lookahead = None
             return mini_batch, 1
         return None
 
@@ -189,7 +177,7 @@ class Driver:
                 if work is None:
                     return
                 mini_batch, attempt = work
-                queued.append(_Attempt(mini_batch, attempt, time.time(), mini_batch.items))
+                queued.append(Attempt(mini_batch, attempt, time.time(), mini_batch.items))
                 self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.config.run_invocation_timeout)
                 self.health.dispatched()
 
@@ -198,10 +186,12 @@ class Driver:
     def _handle(self, event: Event) -> None:
         worker = event.worker
         if isinstance(event, Ready):
-            self.health.worker_ready(worker)
+            starting = self.health.worker_ready(worker)
             self._ready[worker.id] = worker
             self._queued[worker.id] = collections.deque()
-            self.report.emit("worker_started", worker=worker.id, pid=worker.pid, gpu=worker.gpu)
+            self.report.emit(  # starting_s: a timeline's start-up bar
+                "worker_started", worker=worker.id, pid=worker.pid, gpu=worker.gpu, starting_s=round(starting, 3)
+            )
             gpu = f", CUDA_VISIBLE_DEVICES={worker.gpu}" if worker.gpu is not None else ""
             self.log.info("%s ready (pid %s%s)", worker.id, worker.pid, gpu)
         elif isinstance(event, Finished):
@@ -230,9 +220,9 @@ class Driver:
         sample = math.log(max(outcome.duration, 1e-6))
         self._log_duration = sample if self._log_duration is None else 0.9 * self._log_duration + 0.1 * sample
         if outcome.ok:
-            self._succeeded(event.worker, current, items, outcome)
-        else:
-            self._attempt_failed(event.worker, current, items, "failed", outcome.error, None, outcome.duration)
+            self.outcomes.succeeded(event.worker, current, items, outcome)
+        elif self.outcomes.failed(event.worker, current, items, "failed", outcome.error, None, outcome.duration):
+            self._retry.append((current.mini_batch, current.attempt + 1))
 
     def _lost(self, event: Lost) -> None:
         worker = event.worker
@@ -248,9 +238,9 @@ class Driver:
         self.log.warning("%s lost (%s): %s; starting a replacement", worker.id, event.reason, event.detail)
         if current is not None:
             duration = time.time() - current.started
-            self._attempt_failed(
-                worker, current, current.items, event.reason, event.detail, event.exit_code, duration, event.reason
-            )
+            reason, detail, code = event.reason, event.detail, event.exit_code
+            if self.outcomes.failed(worker, current, current.items, reason, detail, code, duration, reason):
+                self._retry.append((current.mini_batch, current.attempt + 1))
 
     def _init_failed(self, event: InitFailed) -> None:
         worker = event.worker
@@ -259,118 +249,13 @@ class Driver:
         if self.health.init_failed(worker, event.error):
             self._replace(worker, "init_failed", error_line(event.error))
         elif not was_stopped:
-            self.log.error(
-                "node %s: init() failed %d times; no more workers start there",
-                worker.node_id,
-                3 * self.pool.settings.process_count_per_node,
-            )
+            failures = self.health.init_failures_on(worker.node_index)
+            self.log.error("node %s: init() failed %d times; no more workers start there", worker.node_id, failures)
 
     def _replace(self, worker: WorkerInfo, reason: str, detail: str) -> None:
         self.pool.replace(worker)
         self.health.worker_replaced(worker)
         self.report.emit("worker_replaced", worker=worker.id, reason=reason, detail=detail)
-
-    # Outcomes -----------------------------------------------------------------------------------
-
-    def _succeeded(self, worker: WorkerInfo, current: _Attempt, items: int | None, outcome: Outcome) -> None:
-        mb, returned = current.mini_batch, outcome.returned
-        items = items if items is not None else returned
-        failed = max(0, items - returned)
-        self.counters.add_succeeded(items, failed)
-        self.health.completed()
-        self.ledger.succeed(
-            mb.index,
-            current.attempt,
-            outcome.part,
-            returned,
-            failed,
-            items,
-            worker.id,
-            outcome.duration,
-            outcome.fingerprint,
-            outcome.tokens,
-        )
-        self._record(worker, current, items, items - failed, failed, "succeeded", outcome.duration)
-        if failed:
-            self.log.warning(
-                "mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed
-            )
-            self.health.check_thresholds()
-
-    def _attempt_failed(
-        self,
-        worker: WorkerInfo,
-        current: _Attempt,
-        items: int | None,
-        outcome: str,
-        error: str | None,
-        exit_code: int | None,
-        duration: float,
-        loss: LossReason | None = None,
-    ) -> None:
-        mb, error = current.mini_batch, error or "unknown error"
-        line = error_line(error)
-        self.ledger.record_attempt(
-            mb.index, current.attempt, worker.id, worker.pid, current.started, outcome, line, exit_code
-        )
-        self._record(worker, current, items, 0, items, outcome, duration, line)
-        self.errors.add(error, mb.index, worker)
-        if self.policy.should_retry(current.attempt, error, exit_code, loss):
-            self.counters.attempts_retried += 1
-            self._retry.append((mb, current.attempt + 1))
-            self.log.warning(
-                "mini-batch %d attempt %d %s on %s: %s; retrying",
-                mb.index,
-                current.attempt,
-                outcome.replace("_", " "),
-                worker.id,
-                line,
-            )
-            return
-        self.counters.add_failed(items or 0)
-        self.health.completed()
-        self.ledger.fail(mb.index, current.attempt, line, exit_code, items, worker.id, duration)
-        self.log.error("mini-batch %d failed after %d attempt(s) (%s): %s", mb.index, current.attempt, outcome, line)
-        self.report.emit("mini_batch_failed", mini_batch=mb.index, attempts=current.attempt, error=line)
-        self.health.check_thresholds()
-
-    def _record(
-        self,
-        worker: WorkerInfo,
-        current: _Attempt,
-        items: int | None,
-        succeeded: int | None,
-        failed: int | None,
-        outcome: str,
-        duration: float,
-        error: str = "",
-    ) -> None:
-        row = [
-            current.mini_batch.index,
-            current.attempt,
-            worker.node_id,
-            worker.process_name,
-            worker.pid,
-            items,
-            succeeded,
-            failed,
-            outcome,
-            timestamp(current.started),
-            f"{duration:.3f}",
-            error,
-            f"{current.started:.3f}",
-        ]
-        self.logs.record_attempt(row)
-        self._dirty = True
-
-    def _commit(self, force: bool = True) -> None:
-        now = time.monotonic()
-        if self._dirty and (force or now - self._last_commit >= _COMMIT_EVERY_S):
-            self.ledger.set(**{name: getattr(self.counters, name) for name in RESUMED_COUNTS})
-            self.ledger.commit()
-            self.logs.flush()
-            self._dirty = False
-            self._last_commit = now
 
     # The end ------------------------------------------------------------------------------------
 

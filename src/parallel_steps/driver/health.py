@@ -22,14 +22,13 @@ _MIN_FINISHED_FOR_RATE = 10
 
 def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | None:
     """Which threshold these counts exceed, if any (`error_threshold`, `mini_batch_error_threshold`,
-    `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
+    `allowed_failed_count`, `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
     if 0 <= config.error_threshold < counters.items_failed:
         return f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items failed"
-    if 0 <= config.mini_batch_error_threshold < counters.mini_batches_failed:
-        return (
-            f"mini_batch_error_threshold {config.mini_batch_error_threshold} exceeded: "
-            f"{counters.mini_batches_failed} mini-batches failed"
-        )
+    for name in ("mini_batch_error_threshold", "allowed_failed_count"):  # the v2 and the v1 name of one threshold
+        limit = getattr(config, name)
+        if limit is not None and 0 <= limit < counters.mini_batches_failed:
+            return f"{name} {limit} exceeded: {counters.mini_batches_failed} mini-batches failed"
     total = max(1, counters.mini_batches_total)
     if not counters.planning and 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
         return (
@@ -81,9 +80,11 @@ class JobHealth:
         self._starting[worker.node_index, worker.slot] = time.monotonic()
         self.counters.workers_started += 1
 
-    def worker_ready(self, worker: WorkerInfo) -> None:
-        self._starting.pop((worker.node_index, worker.slot), None)
+    def worker_ready(self, worker: WorkerInfo) -> float:
+        """Returns the seconds since the worker was started (or replaced): its start-up, init() included."""
+        since = self._starting.pop((worker.node_index, worker.slot), time.monotonic())
         self._ready.add(worker.id)
+        return time.monotonic() - since
 
     def worker_lost(self, worker: WorkerInfo) -> None:
         self._starting.pop((worker.node_index, worker.slot), None)
@@ -102,6 +103,9 @@ class JobHealth:
             self._stopped_nodes.add(worker.node_index)
         self._check_init_policy()
         return worker.node_index not in self._stopped_nodes
+
+    def init_failures_on(self, node_index: int) -> int:
+        return self._init_failures_by_node[node_index]
 
     def node_stopped(self, node_index: int) -> bool:
         return node_index in self._stopped_nodes

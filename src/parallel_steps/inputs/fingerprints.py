@@ -7,44 +7,43 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 
 from ..errors import InputError
 from . import storage
-from .storage import is_url
+from .storage import Stat, is_url
 
 _BLOCK = 1 << 20
 
 
-def file_identity(
-    path: str, stat: os.stat_result | storage.RemoteStat | None, mode: str, name: str | None = None
-) -> bytes:
+def file_identity(path: str, stat: Stat | None, mode: str, name: str | None = None) -> bytes:
     """What identifies one file's content: `name` (default the path) with its size and mtime, or its hash."""
     return _identity(path, stat, mode, name).encode()
 
 
-def files_fingerprint(paths, stats, mode: str) -> str:
+def files_fingerprint(paths: Sequence[str], stats: Iterable[Stat | None], mode: str) -> str:
     """The fingerprint of a file mini-batch (the planner and the worker compute it the same way)."""
     return fingerprint_of(paths, file_tokens(paths, stats, mode))
 
 
-def file_tokens(paths, stats, mode: str) -> list[str]:
+def file_tokens(paths: Iterable[str], stats: Iterable[Stat | None], mode: str) -> list[str]:
     """What identifies each file's content, without its path: `size\0mtime_ns`, or the content hash.
     Kept per file in the ledger, so a rerun can tell which file of a mini-batch changed."""
     return [_token(path, stat, mode) for path, stat in zip(paths, stats)]
 
 
-def fingerprint_of(paths, tokens) -> str:
+def fingerprint_of(paths: Iterable[str], tokens: Iterable[str]) -> str:
     """The fingerprint of files from their tokens. One buffer is hashed per mini-batch: workers do
     this for every mini-batch they run."""
     text = "\n".join(map("\0".join, zip(paths, tokens)))  # joins in C: the hot path of every worker
     return hashlib.sha1((text + "\n").encode()).hexdigest()
 
 
-def _identity(path: str, stat, mode: str, name: str | None = None) -> str:
+def _identity(path: str, stat: Stat | None, mode: str, name: str | None = None) -> str:
     return f"{name or path}\0{_token(path, stat, mode)}\n"
 
 
-def _token(path: str, stat, mode: str) -> str:
+def _token(path: str, stat: Stat | None, mode: str) -> str:
     if mode == "content":
         return content_hash(path)
     if stat is None:

@@ -20,18 +20,21 @@ hash per file (numpy arrays), never a Python object per file for the whole input
 
 from __future__ import annotations
 
+import array
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeGuard
 
 import numpy as np
 
 from . import storage
-from .datasets import FileDataset
+from .datasets import Dataset, FileDataset
 from .fingerprints import file_tokens, fingerprint_of
 from .members import EarlierBatch, decode_members, decode_tokens
 from .minibatch import MiniBatch
 from .planner import iter_file_runs
+from .storage import Stat
 
 _EXAMPLES = 5  # dropped mini-batches described in the diff
 
@@ -58,22 +61,22 @@ class Planned(NamedTuple):
 
 
 class _Earlier:
-    """The earlier plan, indexed: which earlier mini-batch a path belonged to (by hash, confirmed by name)."""
+    """The earlier plan, indexed: which earlier mini-batch a path belonged to (by hash, confirmed by name).
+    One text per earlier mini-batch and two 8-byte numbers per file."""
 
     def __init__(self, batches: Iterable[EarlierBatch]):
         self.batches: dict[int, EarlierBatch] = {}
         self.sizes: dict[int, int] = {}  # files per earlier mini-batch
-        hashes, owners = [], []
+        hashes, owners = array.array("q"), array.array("q")
         for batch in batches:
             members = decode_members(batch.members)
-            self.batches[batch.index] = batch
-            self.sizes[batch.index] = len(members)
-            hashes.append(np.fromiter(map(hash, members), dtype=np.int64, count=len(members)))
-            owners.append(np.full(len(members), batch.index, dtype=np.int64))
-        hashes_all = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.int64)
-        owners_all = np.concatenate(owners) if owners else np.empty(0, dtype=np.int64)
-        order = np.argsort(hashes_all, kind="stable")
-        self._hashes, self._owners = hashes_all[order], owners_all[order]
+            self.batches[batch.idx] = batch
+            self.sizes[batch.idx] = len(members)
+            hashes.extend(map(hash, members))
+            owners.extend(itertools.repeat(batch.idx, len(members)))
+        order = np.argsort(np.frombuffer(hashes, dtype=np.int64), kind="stable")
+        self._hashes = np.frombuffer(hashes, dtype=np.int64)[order]
+        self._owners = np.frombuffer(owners, dtype=np.int64)[order]
 
     def owners(self, paths: list[str]) -> list[int]:
         """The earlier mini-batch of each path (-1: none). A hash collision is caught later by name."""
@@ -82,7 +85,8 @@ class _Earlier:
         keys = np.fromiter(map(hash, paths), dtype=np.int64, count=len(paths))
         where = np.minimum(np.searchsorted(self._hashes, keys), len(self._hashes) - 1)
         found = self._hashes[where] == keys
-        return np.where(found, self._owners[where], -1).tolist()
+        owners: list[int] = np.where(found, self._owners[where], -1).tolist()
+        return owners
 
 
 class IncrementalPlanner:
@@ -92,9 +96,9 @@ class IncrementalPlanner:
         self.datasets, self.batch_size, self.mode = datasets, batch_size, mode
         self._earlier = _Earlier(earlier)
         self.diff = PlanDiff()
-        self._open: dict[int, list[tuple[str, Any]]] = {}  # earlier index -> (path, stat) of its files seen
+        self._open: dict[int, list[tuple[str, Stat]]] = {}  # earlier index -> (path, stat) of its files seen
         self._decided: set[int] = set()
-        self._pending: list[tuple[str, Any]] = []  # files waiting for a new mini-batch
+        self._pending: list[tuple[str, Stat]] = []  # files waiting for a new mini-batch
         self._index = 0
 
     def mini_batches(self) -> Iterator[Planned]:
@@ -109,7 +113,7 @@ class IncrementalPlanner:
             if index not in self._decided:
                 self._drop(batch, deleted=self._earlier.sizes[index], changed=0)
 
-    def _file(self, path: str, stat: Any, owner: int) -> Iterator[Planned]:
+    def _file(self, path: str, stat: Stat, owner: int) -> Iterator[Planned]:
         if owner < 0 or owner in self._decided:
             self.diff.inputs_new += 1
             self._pending.append((path, stat))
@@ -150,7 +154,7 @@ class IncrementalPlanner:
         if len(self.diff.dropped) < _EXAMPLES:
             why = ", ".join(f"{n} {what}" for n, what in ((changed, "changed"), (deleted, "deleted")) if n)
             first = decode_members(batch.members)[0]
-            self.diff.dropped.append(f"earlier mini-batch {batch.index} ({first} ..): {why} file(s)")
+            self.diff.dropped.append(f"earlier mini-batch {batch.idx} ({first} ..): {why} file(s)")
 
     def _flush(self, final: bool = False) -> Iterator[Planned]:
         while len(self._pending) >= self.batch_size or (final and self._pending):
@@ -159,7 +163,7 @@ class IncrementalPlanner:
             self.diff.mini_batches_new += 1
             yield self._emit(group, tokens, kept=None)
 
-    def _emit(self, files: list[tuple[str, Any]], tokens: list[str], kept: int | None) -> Planned:
+    def _emit(self, files: list[tuple[str, Stat]], tokens: list[str], kept: int | None) -> Planned:
         paths = tuple(path for path, _ in files)
         mini_batch = MiniBatch(
             index=self._index,
@@ -173,6 +177,6 @@ class IncrementalPlanner:
         return Planned(mini_batch, kept, tokens)
 
 
-def is_incremental(datasets: list[Any], partition_keys: list[str] | None) -> bool:
-    """Whether sticky planning applies: file inputs not grouped by keys."""
+def is_incremental(datasets: list[Dataset], partition_keys: list[str] | None) -> TypeGuard[list[FileDataset]]:
+    """Whether sticky planning applies: file inputs (all of `datasets`) not grouped by keys."""
     return not partition_keys and all(isinstance(d, FileDataset) for d in datasets)

@@ -7,10 +7,10 @@ from typing import NamedTuple
 
 
 class EarlierBatch(NamedTuple):
-    """A mini-batch of the earlier plan: its index there, members (encoded), tokens (encoded, None when
-    it never ran) and fingerprint."""
+    """A mini-batch of the earlier plan: its index there (`idx`, as the ledger's column: `index` is a
+    tuple's method), members (encoded), tokens (encoded, None when it never ran) and fingerprint."""
 
-    index: int
+    idx: int
     members: str
     tokens: bytes | None
     fingerprint: str | None

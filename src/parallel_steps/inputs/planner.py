@@ -12,7 +12,7 @@ import glob
 import hashlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from stat import S_ISDIR
 from typing import Any
@@ -22,10 +22,12 @@ from . import storage
 from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, files_fingerprint
 from .minibatch import MiniBatch
-from .storage import GLOB_CHARS, is_url, list_url, open_input
-from .tables import plan_schema, read_table, record_boundaries
+from .partitions import PartitionFormat, below, hive_values
+from .storage import GLOB_CHARS, Stat, is_url, list_url, open_input
+from .tables import plan_schema, read_table, record_boundaries, row_count
 
-_IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
+_IGNORED_PREFIXES = (".", "_")
+_RUN = 10_000  # paths listed at a time  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
 
 
 @dataclass
@@ -35,7 +37,7 @@ class Planner:
     Args:
         datasets: the step's inputs (one type).
         batch_size: files per mini-batch, or bytes per mini-batch for tabular data.
-        partition_keys: key columns; one mini-batch per distinct key combination.
+        partition_keys: keys (columns, or keys of the paths); one mini-batch per distinct combination.
         fingerprint: `stat` (path, size, mtime) or `content` (sha256 of the bytes).
         defer_files: leave file mini-batches unfingerprinted (and unsized): their worker fingerprints
             them as it reads them, in parallel. What a run with nothing to reuse wants: listing a
@@ -53,7 +55,7 @@ class Planner:
         index = 0
         for dataset in self.datasets:
             if isinstance(dataset, FileDataset):
-                pieces = self._file_batches(dataset)
+                pieces = self._file_key_batches(dataset) if self.partition_keys else self._file_batches(dataset)
             elif self.partition_keys:
                 pieces = self._key_batches(dataset)
             else:
@@ -75,6 +77,19 @@ class Planner:
         if group:
             yield self._files_piece(tuple(group))
 
+    def _file_key_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
+        """One mini-batch per distinct combination of `partition_keys` in the paths (`partition_format`)."""
+        if dataset.partition_format is None:  # the configuration refuses such a step
+            raise ValueError("file inputs are partitioned by keys of their partition_format")
+        keys, path_format = list(self.partition_keys or []), PartitionFormat(dataset.partition_format)
+        combos: dict[tuple[Any, ...], list[str]] = {}
+        for run in iter_file_runs(dataset.path):
+            for path in run:
+                values = _format_values(path_format, path)
+                combos.setdefault(tuple(values[key] for key in keys), []).append(path)
+        for combo in sorted(combos, key=_nulls_last):
+            yield dict(self._files_piece(tuple(combos[combo])), keys=combo, read=dict(key_columns=keys))
+
     def _files_piece(self, paths: tuple[str, ...]) -> dict[str, Any]:
         if self.defer_files:
             return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
@@ -87,40 +102,53 @@ class Planner:
             fingerprint=files_fingerprint(paths, stats, self.fingerprint),
         )
 
-    def _file_identity(self, path: str, stat: os.stat_result) -> bytes:
+    def _file_identity(self, path: str, stat: Stat) -> bytes:
         return file_identity(path, stat, self.fingerprint)
 
-    def _piece_fingerprint(self, path: str, stat: os.stat_result, dataset: TabularDataset, *extra: Any) -> str:
-        ident = self._file_identity(path, stat) + repr((dataset.read_options, extra)).encode()
-        return hashlib.sha1(ident).hexdigest()
+    def _piece_fingerprint(self, path: str, stat: Stat, dataset: TabularDataset, *extra: Any) -> str:
+        described: tuple[Any, ...] = (dataset.read_options, extra)
+        if dataset.partition_format:  # only then: the fingerprints of earlier runs without one stay valid
+            described += (dataset.partition_format,)
+        return hashlib.sha1(self._file_identity(path, stat) + repr(described).encode()).hexdigest()
 
     # Tabular -------------------------------------------------------------
 
-    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, os.stat_result, str]]:
-        for path, stat in iter_files(dataset.path, skip_hidden=True):
-            try:
-                fmt = dataset.format_of(path)
-            except ValueError as exc:
-                raise InputError(path, str(exc).split(": ", 1)[-1]) from None
-            yield path, stat, fmt
+    def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, Stat, str, dict[str, Any]]]:
+        """(path, stat, format, values from the path) of every file: the `partition_format`'s keys, else
+        the hive folders (`key=value/`) below what the dataset names."""
+        path_format = PartitionFormat(dataset.partition_format) if dataset.partition_format else None
+        for spec in dataset.path:
+            for path, stat in iter_files([spec], skip_hidden=True):
+                try:
+                    fmt = dataset.format_of(path)
+                except ValueError as exc:
+                    raise InputError(path, str(exc).split(": ", 1)[-1]) from None
+                values = _format_values(path_format, path) if path_format else hive_values(path, spec)
+                yield path, stat, fmt, values
 
     def _tabular_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        for path, stat, fmt in self._tabular_files(dataset):
+        for path, stat, fmt, values in self._tabular_files(dataset):
+            partitions = dict(partitions=(values,)) if values else {}
+            pieces: Iterable[dict[str, Any]]
             if fmt == "parquet":
-                yield from self._parquet_pieces(path, stat, dataset)
+                pieces = self._parquet_pieces(path, stat, dataset)
             elif stat.st_size <= self.batch_size:
-                yield dict(
-                    kind=fmt,
-                    paths=(path,),
-                    items=None,
-                    nbytes=stat.st_size,
-                    fingerprint=self._piece_fingerprint(path, stat, dataset),
-                    read=dict(options=dataset.read_options),
-                )
+                pieces = [
+                    dict(
+                        kind=fmt,
+                        paths=(path,),
+                        items=None,
+                        nbytes=stat.st_size,
+                        fingerprint=self._piece_fingerprint(path, stat, dataset),
+                        read=dict(options=dataset.read_options),
+                    )
+                ]
             else:
-                yield from self._text_pieces(path, stat, fmt, dataset)
+                pieces = self._text_pieces(path, stat, fmt, dataset)
+            for piece in pieces:
+                yield dict(piece, read={**piece["read"], **partitions}) if partitions else piece
 
-    def _parquet_pieces(self, path: str, stat: os.stat_result, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
+    def _parquet_pieces(self, path: str, stat: Stat, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         try:
@@ -157,9 +185,7 @@ class Planner:
                 fingerprint=self._piece_fingerprint(path, stat, dataset, ids),
             )
 
-    def _text_pieces(
-        self, path: str, stat: os.stat_result, fmt: str, dataset: TabularDataset
-    ) -> Iterator[dict[str, Any]]:
+    def _text_pieces(self, path: str, stat: Stat, fmt: str, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
         """Byte ranges of a CSV or JSON lines file, each ending at a record boundary."""
         options = dataset.read_options
         quote = options.get("quote_char", '"') if fmt == "csv" else None
@@ -185,26 +211,37 @@ class Planner:
             )
 
     def _key_batches(self, dataset: TabularDataset) -> Iterator[dict[str, Any]]:
-        """One mini-batch per distinct combination of `partition_keys` across the dataset. Its fingerprint
+        """One mini-batch per distinct combination of `partition_keys` across the dataset; a key is a
+        column of the files or a value of their paths (hive folders, `partition_format`). Its fingerprint
         covers only the files holding that combination: a new or changed file reruns only its groups."""
         keys = list(self.partition_keys or [])
-        combos: dict[tuple, list] = {}
+        combos: dict[tuple[Any, ...], list[Any]] = {}
         identities: dict[str, bytes] = {}
-        for path, stat, fmt in self._tabular_files(dataset):
+        for path, stat, fmt, values in self._tabular_files(dataset):
             identities[path] = self._file_identity(path, stat)
-            table = read_table(path, fmt, dataset.read_options, columns=keys)
-            counts = table.group_by(keys).aggregate([([], "count_all")])
-            for row in counts.to_pylist():
-                entry = combos.setdefault(tuple(row[k] for k in keys), [0, [], [], 0])
+            in_file = [key for key in keys if key not in values]
+            if in_file:
+                table = read_table(path, fmt, dataset.read_options, columns=in_file)
+                counts = table.group_by(in_file).aggregate([([], "count_all")]).to_pylist()
+            else:
+                counts = [{"count_all": row_count(path, fmt, dataset.read_options)}]
+            for row in counts:
+                if not row["count_all"]:
+                    continue
+                combo = tuple(values[key] if key in values else row[key] for key in keys)
+                entry = combos.setdefault(combo, [0, [], [], 0, []])
                 entry[0] += row["count_all"]
                 entry[1].append(path)
                 entry[2].append(fmt)
                 entry[3] += stat.st_size
+                entry[4].append(values)
         for combo in sorted(combos, key=_nulls_last):
-            rows, paths, formats, nbytes = combos[combo]
+            rows, paths, formats, nbytes, partitions = combos[combo]
             files = b"".join(identities[path] for path in paths)
             fingerprint = hashlib.sha1(files + repr((keys, combo, dataset.read_options)).encode()).hexdigest()
             read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats))
+            if any(partitions):
+                read["partitions"] = tuple(partitions)
             yield dict(
                 kind="keys",
                 paths=tuple(paths),
@@ -216,21 +253,25 @@ class Planner:
             )
 
 
-def _nulls_last(combo: tuple) -> tuple:
+def _format_values(path_format: PartitionFormat, path: str) -> dict[str, Any]:
+    values = path_format.values(path)
+    if values is None:
+        raise InputError(path, f"does not match partition_format {path_format.text!r}")
+    return values
+
+
+def _nulls_last(combo: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
     return tuple((value is None, 0 if value is None else value) for value in combo)
 
 
 # Listing -----------------------------------------------------------------
 
 
-def iter_files(
-    paths: list[str], skip_hidden: bool = False, stat: bool = True
-) -> Iterator[tuple[str, os.stat_result | None]]:
-    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order;
-    with `stat=False` the stat is None and listing a folder costs no system call per file."""
+def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[str, Stat]]:
+    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order."""
     for run in iter_file_runs(paths, skip_hidden):
         for path in run:
-            yield path, storage.stat(path) if stat else None
+            yield path, storage.stat(path)
 
 
 def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list[str]]:
@@ -239,10 +280,10 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
     for spec in paths:
         is_glob = bool(GLOB_CHARS & set(spec))
         if is_url(spec):
-            found = [url for url in list_url(spec) if not (skip_hidden and _hidden(url, spec))]
-            if not found:
+            urls = [url for url in list_url(spec) if not (skip_hidden and _hidden(url, spec))]
+            if not urls:
                 raise InputError(spec, "matches no files" if is_glob else "no such file or folder")
-            yield found
+            yield urls
             continue
         if is_glob:
             matches = sorted(glob.iglob(spec, recursive=True))
@@ -260,8 +301,9 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
 
 
 def _walk(path: str, skip_hidden: bool) -> Iterator[list[str]]:
-    """Files at or under `path` in name order."""
-    if S_ISDIR(storage.stat(path).st_mode):
+    """Files at or under `path` (a local one) in name order."""
+    status = storage.stat(path)
+    if isinstance(status, os.stat_result) and S_ISDIR(status.st_mode):
         yield from _walk_folder(path, skip_hidden)
     else:
         yield [path]
@@ -284,18 +326,20 @@ def _walk_folder(folder: str, skip_hidden: bool) -> Iterator[list[str]]:
     prefix, start = os.path.join(folder, ""), 0
     for name in folders:
         end = bisect.bisect_left(files, name, start)
-        if end > start:
-            yield [prefix + file for file in files[start:end]]
+        yield from _paths(prefix, files, start, end)
         start = end
         yield from _walk_folder(prefix + name, skip_hidden)
-    if start < len(files):
-        yield [prefix + file for file in files[start:]]
+    yield from _paths(prefix, files, start, len(files))
+
+
+def _paths(prefix: str, names: list[str], start: int, end: int) -> Iterator[list[str]]:
+    """Full paths of names[start:end], a bounded run at a time: a folder of a million files is held once,
+    as names, not twice."""
+    for first in range(start, end, _RUN):
+        yield [prefix + name for name in names[first : min(end, first + _RUN)]]
 
 
 def _hidden(url: str, spec: str) -> bool:
     """Whether a listed object lies in or is a hidden entry below what the user named (`_temporary/`
     of a Spark output, `.crc` files), as local folders skip them at every level."""
-    base = min((spec.find(c) for c in GLOB_CHARS if c in spec), default=len(spec))
-    base = spec[:base].rsplit("/", 1)[0] if base < len(spec) else spec.rstrip("/")
-    below = url[len(base) :] if url.startswith(base) else url.rsplit("/", 1)[-1]
-    return any(part.startswith(_IGNORED_PREFIXES) for part in below.split("/") if part)
+    return any(part.startswith(_IGNORED_PREFIXES) for part in below(url, spec).split("/") if part)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -26,16 +27,20 @@ class RemoteStat(NamedTuple):
     st_mtime_ns: str
 
 
+#: What `stat` gives: a local file's stat, or a remote object's size and version.
+Stat = os.stat_result | RemoteStat
+
+
 def is_url(path: str) -> bool:
     return "://" in path
 
 
-def any_url(paths) -> bool:
+def any_url(paths: Iterable[str]) -> bool:
     """Whether any of `paths` is a URL, in one search (a worker asks it for every mini-batch)."""
     return "://" in "\n".join(paths)
 
 
-def stat(path: str) -> os.stat_result | RemoteStat:
+def stat(path: str) -> Stat:
     """`os.stat` of a path, or the size and version of a URL's object; errors name the file."""
     try:
         if not is_url(path):
@@ -64,7 +69,8 @@ def open_input(path: str) -> BinaryIO:
     if not is_url(path):
         return open(path, "rb")
     filesystem, inner = _filesystem(path)
-    return filesystem.open(inner, "rb")
+    file: BinaryIO = filesystem.open(inner, "rb")
+    return file
 
 
 def download(url: str, target: str) -> None:
@@ -111,9 +117,10 @@ def _filesystem(url: str) -> tuple[Any, str]:
             "URLs need fsspec: pip install 'parallel-steps[fsspec]' and the filesystem's package (s3fs, gcsfs, adlfs)",
         ) from None
     try:
-        return fsspec.core.url_to_fs(url)
+        filesystem, inner = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:
         raise InputError(url, f"cannot open ({first_line(exc)})") from None
+    return filesystem, inner
 
 
 def _remote_stat(info: dict[str, Any]) -> RemoteStat:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, first_line
 from .storage import open_input
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
 
 _SCAN_BLOCK = 1 << 20
 
@@ -59,7 +62,8 @@ def plan_schema(path: str, fmt: str, options: dict[str, Any], first_end: int, qu
     if len(head) < first_end:
         head = head[: _last_boundary(head, quote)]
     table = parse_bytes(head, fmt, options, at_start=True)
-    return table.schema.serialize().to_pybytes()
+    schema: bytes = table.schema.serialize().to_pybytes()
+    return schema
 
 
 def _last_boundary(data: bytes, quote: bytes | None) -> int:
@@ -69,7 +73,9 @@ def _last_boundary(data: bytes, quote: bytes | None) -> int:
     return newline + 1
 
 
-def parse_bytes(data: bytes, fmt: str, options: dict[str, Any], at_start: bool, schema=None):
+def parse_bytes(
+    data: bytes, fmt: str, options: dict[str, Any], at_start: bool, schema: pa.Schema | None = None
+) -> pa.Table:
     """Parse CSV or JSON lines bytes into an Arrow table (the planner's and the loader's parser).
 
     `at_start` says the bytes begin at the start of the file (header and skipped rows);
@@ -99,7 +105,7 @@ def parse_bytes(data: bytes, fmt: str, options: dict[str, Any], at_start: bool, 
     return pcsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
 
 
-def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] | None = None):
+def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] | None = None) -> pa.Table:
     """A whole file as an Arrow table (optionally some columns); errors name the file."""
     import pyarrow.parquet as pq
 
@@ -113,3 +119,18 @@ def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] 
         raise InputError(path, f"has no column {exc}") from None
     except Exception as exc:
         raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
+
+
+def row_count(path: str, fmt: str, options: dict[str, Any]) -> int:
+    """The rows of a whole file: a Parquet footer says it, a text file is read."""
+    if fmt != "parquet":
+        rows: int = read_table(path, fmt, options).num_rows
+        return rows
+    import pyarrow.parquet as pq
+
+    try:
+        with open_input(path) as file:
+            rows = pq.ParquetFile(file).metadata.num_rows
+    except Exception as exc:
+        raise InputError(path, f"not a readable parquet file ({first_line(exc)})") from None
+    return rows

@@ -147,6 +147,15 @@ class WorkerPool(abc.ABC):
             id=f"{node_id}/{process_name}", node_index=node_index, node_id=node_id, process_name=process_name, slot=slot
         )
 
+    def _ready(self, worker: WorkerInfo) -> Any:
+        """The handle of a worker that takes mini-batches, or None when the pool lost it since the
+        driver last looked (its `Lost` event sends the driver's queue for it elsewhere)."""
+        self._check_open()
+        handle = self._handles.get(worker.id)
+        if handle is not None and handle.state is not WorkerState.READY:
+            raise RuntimeError(f"worker {worker.id} is {handle.state.value}, not ready")
+        return handle
+
     def _check_open(self) -> None:
         if not self._open:
             raise RuntimeError("the worker pool is not started (use it as a context manager)")

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -114,18 +115,15 @@ class LocalWorkerPool(WorkerPool):
     # Feeding and waiting ----------------------------------------------------------------
 
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
-        self._check_open()
-        handle = self._handles.get(worker.id)
+        handle = self._ready(worker)
         if handle is None:
-            return  # lost since the driver last looked: its Lost event sends this one elsewhere
-        if handle.state is not WorkerState.READY:
-            raise RuntimeError(f"worker {worker.id} is {handle.state.value}, not ready")
+            return
         handle.queue[mini_batch.index] = timeout
         handle.outbox.append((mini_batch, attempt))
 
     def next_events(self, timeout: float) -> list[Event]:
         for handle in self._handles.values():  # what was submitted since the last look: one message each
-            if handle.outbox:
+            if handle.outbox and handle.pipe_open:
                 handle.frame_outbox()
                 self._poller.modify(handle.conn.fileno(), handle.write())
         self._gather(0 if self._events else timeout)
@@ -155,11 +153,13 @@ class LocalWorkerPool(WorkerPool):
         return next_wakeup(now, times)
 
     def _handle_ready(self, fd: int, mask: int) -> None:
-        kind, handle = self._by_fd.get(fd, (None, None))
+        if fd not in self._by_fd:
+            return  # unwatched by an earlier event of this poll
+        kind, handle = self._by_fd[fd]
         if kind == "conn":
             if mask & select.POLLOUT:
                 self._poller.modify(fd, handle.write())
-            if mask & ~select.POLLOUT and handle.conn is not None:
+            if mask & ~select.POLLOUT and handle.pipe_open:
                 self._receive(handle)
         elif kind == "sentinel":
             self._reap(handle)
@@ -172,11 +172,11 @@ class LocalWorkerPool(WorkerPool):
             self._close_pipe(handle)  # the sentinel tells the rest
 
     def _close_pipe(self, handle: WorkerProcess) -> None:
-        if handle.conn is not None:
+        if handle.pipe_open:
             self._unwatch(handle.conn.fileno())
             handle.close_pipe()
 
-    def _on_message(self, handle: WorkerProcess, message: tuple) -> None:
+    def _on_message(self, handle: WorkerProcess, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "ready":
             handle.state = WorkerState.READY
@@ -212,7 +212,9 @@ class LocalWorkerPool(WorkerPool):
             elif handle.queue and not handle.loss and (running := handle.running()):
                 index, deadline = running
                 if deadline is not None and now >= deadline:
-                    self._dump_and_kill(handle, LossReason.TIMED_OUT, timed_out_detail(handle.queue[index], index))
+                    self._dump_and_kill(
+                        handle, LossReason.TIMED_OUT, timed_out_detail(handle.queue[index] or 0.0, index)
+                    )
         if now >= self._next_memory_check:
             self._next_memory_check = now + _MEMORY_CHECK_S
             self._sample_memory()
@@ -240,7 +242,7 @@ class LocalWorkerPool(WorkerPool):
         """The worker process exited: free its slot and GPU, and say what it held."""
         exit_code = handle.process.wait()
         handle.kill()  # anything it started
-        while handle.conn is not None and handle.conn.poll():
+        while handle.pipe_open and handle.conn.poll():
             self._receive(handle)  # results it sent before it died still count
         previous, handle.state = handle.state, WorkerState.GONE
         self._close_pipe(handle)
@@ -280,7 +282,7 @@ class LocalWorkerPool(WorkerPool):
         self._closed = True
         grace = self.settings.shutdown_timeout if grace is None else grace
         for handle in self._handles.values():
-            if handle.conn is not None and handle.state is WorkerState.READY and not handle.queue and grace > 0:
+            if handle.pipe_open and handle.state is WorkerState.READY and not handle.queue and grace > 0:
                 handle.ask_to_stop()
             else:
                 handle.kill()

@@ -33,16 +33,17 @@ class WorkerProcess:
     """A worker process, its pipe and pidfd, and the mini-batches it holds."""
 
     info: WorkerInfo
-    process: subprocess.Popen
-    conn: Connection | None
+    process: subprocess.Popen[bytes]
+    conn: Connection
     sentinel: int  # a pidfd: readable the moment the process exits
     logs: WorkerLogPaths
     marker: Marker
+    sender: socket.socket  # the pipe's socket, written without blocking
+    pipe_open: bool = True
     state: WorkerState = WorkerState.STARTING
     queue: dict[int, float | None] = field(default_factory=dict)  # mini-batch index -> timeout, in order
     outbox: list[tuple[MiniBatch, int]] = field(default_factory=list)  # submitted, not yet framed
     unsent: bytearray = field(default_factory=bytearray)  # framed messages the socket did not take yet
-    sender: socket.socket | None = None  # the pipe's socket, written without blocking
     extended: tuple[int, float | None] | None = None  # (index, deadline) set by EntryScript.hang_timeout
     kill_at: float | None = None
     loss: LossReason | None = None  # set when the pool decided to kill it
@@ -71,7 +72,7 @@ class WorkerProcess:
         child_end.close()
         parent_end.send(spec)  # the worker reads it first thing
         sender = socket.socket(fileno=os.dup(parent_end.fileno()))
-        return cls(info, process, parent_end, os.pidfd_open(process.pid), spec.logs, marker, sender=sender)
+        return cls(info, process, parent_end, os.pidfd_open(process.pid), spec.logs, marker, sender)
 
     def running(self) -> tuple[int, float | None] | None:
         """The mini-batch it runs now and its deadline (None: no limit), from its marker."""
@@ -85,7 +86,7 @@ class WorkerProcess:
 
     def frame_outbox(self) -> None:
         """Everything submitted since the last look, as one framed message (Connection's framing)."""
-        if self.outbox and self.conn is not None:
+        if self.outbox and self.pipe_open:
             data = ForkingPickler.dumps(("run", self.outbox))
             self.unsent += struct.pack("!i", len(data)) + data
             self.outbox = []
@@ -125,7 +126,7 @@ class WorkerProcess:
             pass
 
     def close_pipe(self) -> None:
-        if self.conn is not None:
+        if self.pipe_open:
             self.conn.close()
             self.sender.close()
-            self.conn = self.sender = None
+            self.pipe_open = False

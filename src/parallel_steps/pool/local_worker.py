@@ -12,6 +12,7 @@ gone, so even a SIGKILLed driver leaves no orphans.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import select
 import signal
@@ -20,13 +21,17 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
 
+from ..inputs.minibatch import MiniBatch
+from ..protocol import Outcome
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
 from .marker import Marker
 
 _PARENT_POLL_S = 0.5
 _BATCH_S = 0.02  # the longest a finished result waits for company
 _BATCH_MAX = 32
+_QUICK_S = 0.005  # a mini-batch quicker than this is followed by more of its kind: its result may wait
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -41,9 +46,10 @@ class _Results:
     """Finished results, sent together when the queue runs dry, or a few milliseconds later at most."""
 
     def __init__(self, conn: Connection, flush: Callable[[], None]):
-        self.conn, self.flush, self.items, self.since = conn, flush, [], 0.0
+        self.conn, self.flush, self.since = conn, flush, 0.0
+        self.items: list[tuple[int, Outcome]] = []
 
-    def add(self, index: int, outcome) -> None:
+    def add(self, index: int, outcome: Outcome) -> None:
         if not self.items:
             self.since = time.monotonic()
         self.items.append((index, outcome))
@@ -51,7 +57,7 @@ class _Results:
     def due(self) -> bool:
         return len(self.items) >= _BATCH_MAX or time.monotonic() - self.since >= _BATCH_S
 
-    def send(self, *message) -> None:
+    def send(self, *message: Any) -> None:
         """Flush the batch, then send `message` (so the pool sees events in order)."""
         if self.items:
             self.flush()  # the slices and log lines the results point at, before the results
@@ -78,7 +84,7 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
         conn.send(("init_failed", str(exc)))
         return 3
     conn.send(("ready",))
-    queue: collections.deque = collections.deque()
+    queue: collections.deque[tuple[MiniBatch, int]] = collections.deque()
     inbox = select.poll()  # registered once: Connection.poll() builds a selector per call
     inbox.register(conn.fileno(), select.POLLIN)
     while True:
@@ -97,11 +103,13 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
         mini_batch, attempt = queue.popleft()
         marker.set(mini_batch.index, time.monotonic())
         outcome = runtime.run(
-            mini_batch, attempt, on_loaded=lambda n, index=mini_batch.index: results.send("loaded", index, n)
+            mini_batch, attempt, on_loaded=functools.partial(results.send, "loaded", mini_batch.index)
         )
         marker.clear()
         results.add(mini_batch.index, outcome)
-        if not queue or not outcome.ok or results.due():  # a failure is reported at once, never lost
+        # A failure is reported at once; results wait for company only while mini-batches are quick, so
+        # a long next one never holds them back (status would lag, and a crash would run them again).
+        if not queue or not outcome.ok or outcome.duration >= _QUICK_S or results.due():
             results.send()
     runtime.shutdown()
     return 0

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import functools
 import os
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import ray
 
 from ..inputs.minibatch import MiniBatch
-from ..protocol import WorkerSpec
+from ..protocol import Outcome, WorkerSpec
 from ..store.logs import WorkerLogPaths
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
 from .base import tree_rss
@@ -55,7 +56,7 @@ class ParallelStepsWorker:
         self._runtime: WorkerRuntime | None = None
         self._current: tuple[int, int] | None = None
         self._timeout: float | None = None
-        self._dump_file = None
+        self._dump_file: TextIO | None = None
 
     def start(self) -> tuple[Any, ...]:
         """Environment, log redirection, side-input copies, then the script's init(): ("ready", pid, gpu) or
@@ -89,16 +90,22 @@ class ParallelStepsWorker:
             threading.Thread(target=self._watch_memory, daemon=True, name="parallel-steps-memory").start()
         return ("ready", os.getpid(), gpu)
 
-    def run(self, mini_batch: MiniBatch, attempt: int, timeout: float | None):
+    def run(self, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> Outcome:
         """One attempt; a faulthandler watchdog writes the stacks if it outlives its deadline."""
+        runtime = self._started()
         self._current, self._timeout = (mini_batch.index, attempt), timeout
         self._arm_dump(timeout)
         try:
-            return self._runtime.run(mini_batch, attempt, on_loaded=lambda n: self._post("loaded", n))
+            return runtime.run(mini_batch, attempt, on_loaded=functools.partial(self._post, "loaded"))
         finally:
             faulthandler.cancel_dump_traceback_later()
             self._current = None
-            self._runtime.flush()
+            runtime.flush()
+
+    def _started(self) -> WorkerRuntime:
+        if self._runtime is None:
+            raise RuntimeError("run() before start()")
+        return self._runtime
 
     def shutdown(self, timeout: float) -> None:
         """The script's shutdown(); its stacks are dumped if it takes longer than `timeout`."""
@@ -130,7 +137,7 @@ class ParallelStepsWorker:
             time.sleep(_MEMORY_CHECK_S)
             rss = tree_rss(os.getpid())
             current = self._current
-            if current is not None and current != told and rss > self._memory_limit:
+            if current is not None and current != told and rss > (self._memory_limit or 0):
                 self._post("out_of_memory", rss)
                 told = current
 
@@ -138,7 +145,7 @@ class ParallelStepsWorker:
 class Mailbox:
     """Messages workers send during run(); the pool keeps one `take()` in flight and wakes when it returns."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._messages: list[tuple[str, tuple[Any, ...]]] = []
         self._posted = asyncio.Event()
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import ray
 
@@ -34,14 +35,14 @@ class RayConnection:
     def open(self) -> None:
         if ray.is_initialized():
             return
-        quiet = dict(logging_level=logging.WARNING, log_to_driver=False)
+        quiet: dict[str, Any] = dict(logging_level=logging.WARNING, log_to_driver=False)
         self._saved_auth_mode = os.environ.get("RAY_AUTH_MODE")
         with _own_sigterm_handler():
             self._init(quiet)
         self.owned = True
         self.started_local = not self.address
 
-    def _init(self, quiet: dict) -> None:
+    def _init(self, quiet: dict[str, Any]) -> None:
         if self.address:
             check_reachable(self.address)
             try:

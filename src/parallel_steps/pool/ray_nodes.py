@@ -107,7 +107,7 @@ def eligible_nodes() -> list[dict[str, Any]]:
     nodes labelled by `parallel-steps node` by their label, then the driver's node, then by address."""
     here = ray.get_runtime_context().get_node_id()
 
-    def order(node: dict[str, Any]) -> tuple:
+    def order(node: dict[str, Any]) -> tuple[int, bool, str, str]:
         label = (node.get("Labels") or {}).get(NODE_INDEX_LABEL)
         return (
             int(label) if label and label.isdigit() else sys.maxsize,

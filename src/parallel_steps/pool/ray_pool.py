@@ -160,12 +160,9 @@ class RayWorkerPool(WorkerPool):
     # Feeding and waiting ------------------------------------------------------------------------
 
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
-        self._check_open()
-        handle = self._handles.get(worker.id)
+        handle = self._ready(worker)
         if handle is None:
-            return  # lost since the driver last looked: its Lost event sends this one elsewhere
-        if handle.state is not WorkerState.READY:
-            raise RuntimeError(f"worker {worker.id} is {handle.state.value}, not ready")
+            return
         ref = handle.actor.run.remote(mini_batch, attempt, timeout)
         self._refs[ref] = ("run", worker.id)
         handle.queue.append(_Queued(mini_batch, attempt, timeout, ref))
@@ -279,10 +276,10 @@ class RayWorkerPool(WorkerPool):
         for handle in list(self._handles.values()):
             if handle.kill_at is not None and now >= handle.kill_at:
                 summary = hang_summary(handle.logs.error) if handle.loss is LossReason.TIMED_OUT else ""
-                self._give_up(handle, handle.loss, handle.loss_detail + summary)
+                self._give_up(handle, handle.loss or LossReason.CRASHED, handle.loss_detail + summary)
             elif handle.state is WorkerState.READY and handle.deadline is not None and now >= handle.deadline:
                 head = handle.queue[0]
-                detail = timed_out_detail(head.timeout, head.mini_batch.index)
+                detail = timed_out_detail(head.timeout or 0.0, head.mini_batch.index)
                 note_hang(handle.logs, detail)
                 handle.state, handle.deadline = WorkerState.STOPPING, None  # results that still come are not taken
                 handle.loss, handle.loss_detail = LossReason.TIMED_OUT, detail

@@ -1,5 +1,6 @@
-"""What a `parallel_run` task run shows in Prefect: progress log lines, a progress artifact, and
-tables of the run summary and of its failed mini-batches.
+"""What a `parallel_run` task run shows in Prefect: progress log lines, a progress artifact, tables
+of the run summary and of its failed mini-batches, and a markdown artifact with the key figures,
+the error groups and the path of the run's report page.
 
 Artifact keys are the step name plus a suffix (step names are valid keys), so
 each step's artifacts keep one history across flow runs.
@@ -11,10 +12,16 @@ import json
 import logging
 from typing import Any
 
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 
 from ..config import ParallelRunConfig, public_config
 from ..jobs import run_status
+from ..report import report_markdown
 
 FAILED_ROWS_SHOWN = 100  # a table artifact is for reading, the full list is in the run's logs
 _FAILED_COLUMNS = ("idx", "source", "items", "attempts", "error", "exit_code", "worker", "duration")
@@ -64,12 +71,16 @@ class Progress:
 
 
 def publish_summary(summary: dict[str, Any]) -> None:
-    """The run summary as a table artifact (and the failed mini-batches as another, when any)."""
+    """The run summary as a table artifact, the report's key figures and error groups as markdown (the
+    page itself is a file in the run folder), and the failed mini-batches as a table, when any."""
     name = summary["name"]
     create_table_artifact(
         _summary_rows(summary),
         key=f"{name}-summary",
         description=f"Step {name}: {summary['status']}: {summary['status_reason']}",
+    )
+    create_markdown_artifact(
+        report_markdown(summary), key=f"{name}-report", description=f"Step {name}: key figures and errors"
     )
     failed = failed_mini_batches(summary["run_dir"])
     if failed:

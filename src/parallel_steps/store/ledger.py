@@ -85,7 +85,7 @@ class Ledger:
                     f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};"
                 )
             self._db.executescript(_SCHEMA)
-        self._successes: list[tuple] = []  # written by commit(), many rows per statement
+        self._successes: list[tuple[Any, ...]] = []  # written by commit(), many rows per statement
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
@@ -100,7 +100,8 @@ class Ledger:
             return None
 
     def layout(self) -> int:
-        return self._db.execute("PRAGMA user_version").fetchone()[0]
+        version: int = self._db.execute("PRAGMA user_version").fetchone()[0]
+        return version
 
     def close(self) -> None:
         self.commit()

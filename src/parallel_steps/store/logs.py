@@ -118,7 +118,7 @@ class RunLogs:
         logger.addHandler(self._master_handler)
         return logger
 
-    def record_attempt(self, row: list) -> None:
+    def record_attempt(self, row: list[Any]) -> None:
         """One row of processed_mini-batches.csv, values in PROCESSED_COLUMNS order (buffered)."""
         if self._processed_writer is None:
             new = not self.processed.exists()
@@ -234,6 +234,36 @@ def note_error(paths: WorkerLogPaths, text: str) -> None:
 def note_hang(paths: WorkerLogPaths, detail: str) -> None:
     """The header of a stack dump that follows (the worker's faulthandler writes it)."""
     note_error(paths, f"{detail}; {_HANG_DUMP}")
+
+
+def failure_section(paths: WorkerLogPaths, mini_batch: int | None, attempt: int | None, limit: int) -> str | None:
+    """The first section of a worker's error log about a failure: init() (`mini_batch` None), or the
+    attempt of a mini-batch (its traceback, or the stack dump of its hang); at most `limit` characters.
+    Read line by line, so a long log is read only up to it."""
+    if mini_batch is None:
+        header = re.compile(r"init\(\) failed")
+    else:
+        tag = re.escape(mini_batch_tag(mini_batch))
+        header = re.compile(rf"{tag} attempt {attempt} failed|{tag}; ")
+    found: list[str] = []
+    size = 0
+    try:
+        with open(paths.error, encoding="utf-8", errors="replace") as file:
+            for line in file:
+                if line.startswith(_SECTION):
+                    if found:
+                        break
+                    if header.search(line):
+                        found.append(line)
+                elif found:
+                    found.append(line)
+                    size += len(line)
+                    if size > limit:
+                        found.append("...\n")
+                        break
+    except OSError:
+        return None
+    return "".join(found).rstrip() or None
 
 
 def stderr_tail(paths: WorkerLogPaths, lines: int = 5) -> str:

@@ -18,7 +18,11 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
 
 
 class Part(NamedTuple):
@@ -34,7 +38,8 @@ def count_rows(result: Any) -> int:
     if result is None:
         return 0
     if hasattr(result, "num_rows"):
-        return result.num_rows
+        rows: int = result.num_rows
+        return rows
     return len(result)
 
 
@@ -64,8 +69,8 @@ class Spool:
 
 def encode(result: Any, fmt: str) -> bytes:
     """The bytes of one slice: text lines, JSON lines, CSV with a header, or a Parquet file."""
-    if fmt == "txt":
-        return ("\n".join(_text_rows(result)) + "\n").encode("utf-8")
+    if fmt == "text":
+        return _text(result).encode("utf-8")
     if fmt == "jsonl":
         return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n" for row in _records(result)).encode(
             "utf-8"
@@ -83,34 +88,38 @@ def _is_frame(result: Any) -> bool:
     return type(result).__module__.split(".")[0] in ("pandas", "pyarrow")
 
 
-def _text_rows(result: Any) -> Iterable[str]:
-    """ParallelRunStep's text rows: str(element), or a table row's values joined by spaces."""
+def _text(result: Any) -> str:
+    """ParallelRunStep's `append_row` lines: `str(element)` per element; a table's rows with their
+    values separated by spaces, no header, no index (pandas' CSV writer with a space: a value holding
+    a space is quoted, dates without a time print as dates), what `read_csv(delimiter=" ", header=None)`
+    reads back."""
     if _is_frame(result):
-        frame = _to_pandas(result)
-        return (" ".join(str(v) for v in row) for row in frame.itertuples(index=False, name=None))
-    return map(str, result)
+        return _to_pandas(result).to_csv(sep=" ", header=False, index=False, lineterminator="\n")
+    return "\n".join(map(str, result)) + "\n"
 
 
 def _records(result: Any) -> Iterable[Any]:
     if _is_frame(result):
         return _to_pandas(result).to_dict(orient="records")
-    return result
+    rows: Iterable[Any] = result
+    return rows
 
 
-def _to_pandas(result: Any):
+def _to_pandas(result: Any) -> pd.DataFrame:
     import pandas as pd
 
     if isinstance(result, pd.DataFrame):
         return result
     if hasattr(result, "to_pandas"):
-        return result.to_pandas()
+        frame: pd.DataFrame = result.to_pandas()
+        return frame
     rows = list(result)
     if rows and all(isinstance(r, dict) for r in rows):
         return pd.DataFrame.from_records(rows)
     return pd.DataFrame({"result": rows})
 
 
-def _to_arrow(result: Any):
+def _to_arrow(result: Any) -> pa.Table:
     import pyarrow as pa
 
     if isinstance(result, pa.Table):
@@ -124,8 +133,8 @@ def _to_arrow(result: Any):
 class _SliceReader:
     """Reads slices, keeping each spool file open once."""
 
-    def __init__(self):
-        self._files: dict[str, Any] = {}
+    def __init__(self) -> None:
+        self._files: dict[str, BinaryIO] = {}
 
     def read(self, part: Part) -> bytes:
         file = self._files.get(part.path)
@@ -211,7 +220,7 @@ def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> Non
         pq.write_table(pa.table({}), tmp)
         return
 
-    def table(part: Part):
+    def table(part: Part) -> pa.Table:
         return pq.read_table(pa.BufferReader(reader.read(part))).replace_schema_metadata(None)
 
     schema = pa.unify_schemas(

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..inputs.storage import is_url
 from .ledger import Ledger
@@ -87,7 +89,7 @@ class RunDirectory:
             with contextlib.suppress(OSError):
                 self.output_dir.rmdir()  # only if nothing was written there
 
-    def keep_reused(self, summary: dict) -> None:
+    def keep_reused(self, summary: Mapping[str, Any]) -> None:
         """A chosen folder keeps the restored output and the summary, not the empty ledger."""
         self.ledger.close()
         for leftover in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):

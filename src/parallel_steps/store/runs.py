@@ -14,7 +14,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ CREATE INDEX IF NOT EXISTS runs_by_code_key ON runs (code_key, status);
 """
 
 
-def default_run_root(run_root: str | os.PathLike | None = None) -> Path:
+def default_run_root(run_root: str | os.PathLike[str] | None = None) -> Path:
     """The folder of run directories: `run_root`, else PARALLEL_STEPS_HOME, else ./.parallel_steps."""
     return Path(run_root or os.environ.get("PARALLEL_STEPS_HOME") or ".parallel_steps").absolute()
 
@@ -120,7 +120,7 @@ class RunIndex:
         """Earlier runs whose committed results a run with this code key may reuse, newest first."""
         return self._select("WHERE code_key=? AND run_id<>? ORDER BY started_at DESC", (code_key, exclude))
 
-    def list(self, name: str | None = None) -> list[dict[str, Any]]:
+    def runs(self, name: str | None = None) -> list[dict[str, Any]]:
         if name:
             return self._select("WHERE name=? ORDER BY started_at", (name,))
         return self._select("ORDER BY started_at", ())
@@ -128,7 +128,7 @@ class RunIndex:
     def remove(self, run_id: str) -> None:
         self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
 
-    def _select(self, where: str, args: tuple) -> list[dict[str, Any]]:
+    def _select(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         cursor = self._db.execute(f"SELECT * FROM runs {where}", args)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor]
@@ -176,12 +176,13 @@ def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((Path(run_dir) / "run.json").read_text())
+        summary: dict[str, Any] = json.loads((Path(run_dir) / "run.json").read_text())
+        return summary
     except (OSError, ValueError):
         return None
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     path = Path(run_dir) / "run.json"
     tmp = path.with_name(".run.json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, default=str))

@@ -14,9 +14,23 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-_context: dict[str, Any] = {}
+
+class WorkerContext(TypedDict, total=False):
+    """What a worker tells its entry script (empty outside a worker: the properties' defaults apply)."""
+
+    log_dir: str
+    entry_script_log: str
+    output_dir: str
+    working_dir: str
+    agent_name: str
+    node_id: str
+    side_inputs: dict[str, str]
+    logging_level: str
+
+
+_context: WorkerContext = {}
 _hang_timeout_hook: Callable[[float | None], None] | None = None
 
 
@@ -80,7 +94,7 @@ class EntryScript:
                 _hang_timeout_hook(-1)
 
 
-def configure(context: dict[str, Any], hang_timeout_hook: Callable[[float | None], None] | None = None) -> None:
+def configure(context: WorkerContext, hang_timeout_hook: Callable[[float | None], None] | None = None) -> None:
     """Set the worker's context, the entry script logger, and the `azureml_user` alias."""
     global _hang_timeout_hook
     _context.update(context)
@@ -95,7 +109,7 @@ def configure(context: dict[str, Any], hang_timeout_hook: Callable[[float | None
     package = types.ModuleType("azureml_user")
     package.__path__ = []
     module = types.ModuleType("azureml_user.parallel_run")
-    module.EntryScript = EntryScript
-    package.parallel_run = module
+    vars(module)["EntryScript"] = EntryScript
+    vars(package)["parallel_run"] = module
     sys.modules.setdefault("azureml_user", package)
     sys.modules.setdefault("azureml_user.parallel_run", module)

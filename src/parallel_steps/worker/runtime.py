@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -23,8 +24,11 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO
 
+from ..azure import azureml_shim
+from ..azure.context import MiniBatchContext, wants_context
 from ..inputs.fingerprints import file_tokens, fingerprint_of
 from ..inputs.loaders import load
 from ..inputs.members import encode_tokens
@@ -35,8 +39,12 @@ from ..store.logs import error_section, journal_line, mini_batch_tag
 from ..store.output import Spool, count_rows
 from . import entry_script
 
+if TYPE_CHECKING:
+    import cProfile
+
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 SIDE_INPUTS_DIR = Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
+_MODELS = ".models"  # models' copies beside side inputs' (no side input name starts with a dot)
 
 
 class WorkerRuntime:
@@ -46,9 +54,10 @@ class WorkerRuntime:
         self.spec = spec
         self._hang_timeout_hook = hang_timeout_hook
         self._entry: dict[str, Callable[..., Any]] = {}
-        self._profiler = None
-        self._error_file = None
-        self._journal = None
+        self._with_context = False  # run(mini_batch, mini_batch_context): checked once, at start
+        self._profiler: cProfile.Profile | None = None
+        self._error_file: TextIO | None = None  # opened by start(), as is the journal
+        self._journal: TextIO | None = None
         self._spool: Spool | None = None
         self._downloads: str | None = None
 
@@ -68,7 +77,7 @@ class WorkerRuntime:
         root.addHandler(handler)
         root.setLevel(spec.logging_level)
         entry_script.configure(
-            dict(
+            entry_script.WorkerContext(
                 log_dir=str(spec.logs.entry_script_log.parent),
                 entry_script_log=str(spec.logs.entry_script_log),
                 output_dir=spec.output_dir,
@@ -80,12 +89,14 @@ class WorkerRuntime:
             ),
             self._hang_timeout_hook,
         )
+        azureml_shim.install(spec.models, spec.metrics_log)
         if spec.profile:
             import cProfile
 
             self._profiler = cProfile.Profile()
         try:
             self._entry = self._import_entry()
+            self._with_context = wants_context(self._entry["run"])
             if "init" in self._entry:
                 self._call(self._entry["init"])
         except BaseException as exc:
@@ -102,7 +113,10 @@ class WorkerRuntime:
             items = count_rows(data)
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)
-            result = self._call(self._entry["run"], data)
+            if self._with_context:
+                result = self._call(self._entry["run"], data, MiniBatchContext(mini_batch))
+            else:
+                result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
             fingerprint, tokens = self._fingerprint(mini_batch)
             outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, tokens=tokens)
@@ -149,20 +163,25 @@ class WorkerRuntime:
             functions = pickle.loads(spec.entry_callables)
             sys.argv = ["parallel_run", *list(spec.arguments)]
             return {k: v for k, v in functions.items() if v is not None}
+        if spec.entry_script is None:
+            raise ValueError("the worker was given neither an entry script nor its functions")
         script = Path(spec.entry_script)
         for folder in dict.fromkeys([spec.source_directory, str(script.parent)]):
             if folder and folder not in sys.path:
                 sys.path.insert(0, folder)
         sys.argv = [str(script), *list(spec.arguments)]
-        module_spec = importlib.util.spec_from_file_location(script.stem, script)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[script.stem] = module
-        module_spec.loader.exec_module(module)
+        module = _import_script(script)
         if not callable(getattr(module, "run", None)):
             raise AttributeError(f"{script} defines no run(mini_batch) function")
         return {
             name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))
         }
+
+    def _opened(self, file: TextIO | None) -> TextIO:
+        """A log file start() opened (the error file, the journal): what is written after start()."""
+        if file is None:
+            raise RuntimeError("the worker's log files are opened by start()")
+        return file
 
     def _download_dir(self) -> str:
         """An empty local folder for the files of this mini-batch named by URLs; the previous
@@ -188,34 +207,57 @@ class WorkerRuntime:
     def _log_error(self, where: str, exc: BaseException) -> str:
         """Write the full traceback to this worker's error file; return it for the driver."""
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self._error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
-        self._error_file.flush()
+        error_file = self._opened(self._error_file)
+        error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
+        error_file.flush()
         return text
 
     def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome) -> None:
         items = outcome.items if outcome.items is not None else "?"
         succeeded = min(outcome.returned, outcome.items or outcome.returned) if outcome.ok else 0
         failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
-        self._journal.write(
+        self._opened(self._journal).write(
             journal_line(
                 mini_batch.index, attempt, items, succeeded, failed, outcome.ok, outcome.started, outcome.duration
             )
         )
 
 
+def _import_script(script: Path) -> ModuleType:
+    """The entry script as a module named after it, whatever its file name ends with (`score`, `score.txt`:
+    the checks compile any file as Python, so the worker imports any)."""
+    loader = importlib.machinery.SourceFileLoader(script.stem, str(script))
+    module_spec = importlib.util.spec_from_file_location(script.stem, script, loader=loader)
+    if module_spec is None:  # not with a loader given (the type says it may be)
+        raise ImportError(f"cannot import {script}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[script.stem] = module
+    loader.exec_module(module)
+    return module
+
+
 def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
-    """Copy side inputs once to this machine and point the spec (and arguments naming them) at the
-    copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may not share
-    a filesystem). Copies live under SIDE_INPUTS_DIR/<run id>/<name>/, removed when the run ends."""
-    sources = {name: path for name, path in spec.side_inputs.items() if copy_paths or is_url(path)}
-    if not sources:
-        return spec
+    """Copy side inputs and models once to this machine and point the spec (and arguments naming side
+    inputs) at the copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may
+    not share a filesystem). Copies live under SIDE_INPUTS_DIR/<run id>/<name>/ (models under
+    .models/<name>/), removed when the run ends."""
     root = side_inputs_root(spec)
-    local = {name: copy_once(source, root / name) for name, source in sources.items()}
-    moves = sorted(((sources[name], path) for name, path in local.items()), key=lambda m: -len(m[0]))
+    side_inputs = _copies(spec.side_inputs, root, copy_paths)
+    models = _copies(spec.models, root / _MODELS, copy_paths)
+    if not side_inputs and not models:
+        return spec
+    moves = sorted(((spec.side_inputs[name], path) for name, path in side_inputs.items()), key=lambda m: -len(m[0]))
     return dataclasses.replace(
-        spec, side_inputs={**spec.side_inputs, **local}, arguments=[_repoint(arg, moves) for arg in spec.arguments]
+        spec,
+        side_inputs={**spec.side_inputs, **side_inputs},
+        models={**spec.models, **models},
+        arguments=[_repoint(arg, moves) for arg in spec.arguments],
     )
+
+
+def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, str]:
+    """name -> local copy of the entries that need one (URLs; local paths too with `copy_paths`)."""
+    return {name: copy_once(path, root / name) for name, path in entries.items() if copy_paths or is_url(path)}
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:
@@ -226,7 +268,8 @@ def side_inputs_root(spec: WorkerSpec) -> Path:
 def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
     """Replace a side input's original path inside an argument (whole path components only)."""
     for source, local in moves:
-        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", lambda _, local=local: local, argument)
+        literal = local.replace("\\", "\\\\")  # a replacement reads backslashes as escapes
+        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", literal, argument)
     return argument
 
 

@@ -1,0 +1,383 @@
+"""The report's data: what one run recorded (records.py) reduced to what the page draws.
+
+Everything is computed here, so the page only draws and the tests read the same numbers
+the charts show: the summary, the timeline's bars and markers, throughput, durations, the
+slowest mini-batches, error groups (`logs/user/error/`: tracebacks, hang dumps) and the
+resources (`logs/perf/`: monitor samples).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import math
+from typing import Any, NamedTuple
+
+from ..driver.faults import signature
+from ..store.logs import failure_section
+from .records import Attempt, RunRecords, mask_config, natural, read_samples, unix
+
+MAX_BARS = 20_000  # timeline bars drawn one per attempt up to this; past it, neighbours are merged
+SLOWEST = 20
+THROUGHPUT_BINS = 200
+DURATION_BINS = 40
+LISTED_MINI_BATCHES = 100  # per error group; the count is always complete
+TRACEBACK_CHARS = 6_000
+MAX_RSS_LINES = 16  # worker memory lines on the resources chart (the largest)
+_NICE_WIDTHS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+# The page's data -----------------------------------------------------------------------------------
+
+
+def page_data(records: RunRecords, max_bars: int = MAX_BARS) -> dict[str, Any]:
+    """Everything the page shows, as JSON data."""
+    notes: list[str] = []
+    span = records.span
+    return dict(
+        summary=_summary(records),
+        config=mask_config(records.summary.get("config") or {}),
+        timeline=_timeline(records, max_bars, notes),
+        throughput=_throughput(records, span),
+        durations=_durations(records.attempts),
+        slowest=_slowest(records),
+        errors=error_groups(records),
+        resources=_resources(records, notes),
+        notes=notes,
+    )
+
+
+def _summary(records: RunRecords) -> dict[str, Any]:
+    summary = records.summary
+    keys = (
+        "run_id",
+        "name",
+        "status",
+        "status_reason",
+        "reused",
+        "run_dir",
+        "output_file",
+        "job_result",
+        "started_at",
+        "ended_at",
+        "elapsed_s",
+        "mini_batches_total",
+        "mini_batches_succeeded",
+        "mini_batches_failed",
+        "mini_batches_reused",
+        "mini_batches_run",
+        "attempts_retried",
+        "workers_started",
+        "items_total",
+        "items_succeeded",
+        "items_failed",
+        "restarts",
+    )
+    shown = {key: summary.get(key) for key in keys}
+    elapsed = summary.get("elapsed_s") or 0
+    ran_items = sum(a.items_succeeded or 0 for a in records.attempts if a.outcome == "succeeded")
+    shown["attempts"] = len(records.attempts)
+    shown["mini_batches_per_s"] = round(summary.get("mini_batches_run", 0) / elapsed, 3) if elapsed else None
+    shown["items_per_s"] = round(ran_items / elapsed, 3) if elapsed else None
+    shown["reused_from"] = _reused_from(records)
+    return shown
+
+
+def _reused_from(records: RunRecords) -> dict[str, int]:
+    """Reused mini-batches by the run they were taken from (this run's own id: a resume)."""
+    if not records.summary.get("mini_batches_reused"):
+        return {}  # spares reading every ledger row
+    return dict(collections.Counter(row["reused_from"] for row in records.ledger_rows() if row["reused_from"]))
+
+
+def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str, Any]:
+    attempts = records.attempts
+    bars, width = _bars(attempts, max_bars)
+    if width is not None:
+        notes.append(
+            f"The timeline has {len(attempts):,} attempts, more than the {max_bars:,} bars it draws one by one: "
+            f"attempts of the same outcome that ran one after another on a worker within {width:g} s are drawn "
+            f"as one bar ({len(bars['start']):,} bars; hover shows how many). The other charts and tables count "
+            "every attempt; `parallel-steps report RUN --trace FILE` writes them all for a trace viewer."
+        )
+    reused = records.summary.get("mini_batches_reused") or 0
+    if reused:
+        sources = ", ".join(f"{run} ({n})" for run, n in _reused_from(records).items())
+        notes.append(
+            f"{reused:,} mini-batches were reused (from {sources or 'earlier runs'}): they did not run in this "
+            "run, so they have no bar; they are counted in the summary."
+        )
+    started = [e for e in records.events if e["type"] == "worker_started"]
+    markers = [dict(worker=e["worker"], t=e["t"], kind="started", label=_started_label(e)) for e in started]
+    timed = [e for e in started if e.get("starting_s") is not None]
+    starting = dict(  # from when the driver started (or replaced) the worker until it was ready
+        worker=[e["worker"] for e in timed],
+        start=[round(max(0.0, e["t"] - e["starting_s"]), 3) for e in timed],
+        end=[e["t"] for e in timed],
+    )
+    markers += [
+        dict(worker=e["worker"], t=e["t"], kind=e.get("reason"), label=_replacement_label(e, records))
+        for e in records.events
+        if e["type"] == "worker_replaced"
+    ]
+    job = [
+        dict(t=e["t"], kind=e["type"], label=_job_event_label(e))
+        for e in records.events
+        if e["type"] in ("restart", "threshold_exceeded", "job_canceled", "job_finished")
+    ]
+    return dict(
+        workers=records.workers(),
+        bars=bars,
+        merged_within_s=width,
+        starting=starting,
+        markers=markers,
+        job_events=job,
+    )
+
+
+def _bars(attempts: list[Attempt], max_bars: int) -> tuple[dict[str, list], float | None]:
+    """The timeline's bars, one per attempt. Past `max_bars`, attempts of the same outcome that run one
+    after another on a worker are drawn as one bar spanning at most a width, starting at about a
+    pixel of the whole timeline and doubled until the bars fit (or span it all: outcomes that
+    alternate all the time stay apart). Returns the bars and that width."""
+    width = None
+    groups = [[a] for a in attempts]
+    if len(attempts) > max_bars:
+        by_worker: dict[str, list[Attempt]] = collections.defaultdict(list)
+        for attempt in attempts:
+            by_worker[attempt.worker].append(attempt)
+        span = max(a.end for a in attempts)
+        width = float(f"{span / 2000:.2g}") or 0.001
+        while len(groups := [g for runs in by_worker.values() for g in _merge(runs, width)]) > max_bars:
+            if width > span:
+                break
+            width *= 2
+    columns: dict[str, list] = {
+        key: [] for key in ("worker", "start", "end", "outcome", "mini_batch", "attempt", "items", "count", "error")
+    }
+    for group in groups:
+        first = group[0]
+        single = len(group) == 1
+        columns["worker"].append(first.worker)
+        columns["start"].append(first.start)
+        columns["end"].append(round(first.end if single else max(a.end for a in group), 3))
+        columns["outcome"].append(first.outcome)
+        columns["mini_batch"].append(first.mini_batch)
+        columns["attempt"].append(first.attempt)
+        columns["items"].append(first.items if single else sum(a.items or 0 for a in group))
+        columns["count"].append(len(group))
+        columns["error"].append(first.error)
+    return columns, width
+
+
+def _merge(runs: list[Attempt], width: float) -> list[list[Attempt]]:
+    """One worker's attempts (in start order) in groups of one outcome, each spanning at most `width` s."""
+    groups: list[list[Attempt]] = []
+    for attempt in runs:
+        if groups and groups[-1][0].outcome == attempt.outcome and attempt.end - groups[-1][0].start <= width:
+            groups[-1].append(attempt)
+        else:
+            groups.append([attempt])
+    return groups
+
+
+def _started_label(event: dict[str, Any]) -> str:
+    gpu = f", GPU {event['gpu']}" if event.get("gpu") is not None else ""
+    took = f" after {event['starting_s']:g} s of start-up and init()" if event.get("starting_s") is not None else ""
+    return f"ready{took} (pid {event.get('pid')}{gpu})"
+
+
+def _replacement_label(event: dict[str, Any], records: RunRecords) -> str:
+    reason = event.get("reason", "lost")
+    label = f"{reason.replace('_', ' ')}: {event.get('detail', '')}"
+    if reason == "timed_out":
+        label += f"; its stacks are in {records.error_log(event['worker']).relative_to(records.run_dir)}"
+    return label
+
+
+def _job_event_label(event: dict[str, Any]) -> str:
+    if event["type"] == "restart":
+        return f"restart {event.get('restart')}: {event.get('reason')}"
+    if event["type"] == "job_finished":
+        return f"{event.get('status')}: {event.get('reason')}"
+    return f"{event['type'].replace('_', ' ')}: {event.get('reason')}"
+
+
+def _throughput(records: RunRecords, span: float) -> dict[str, Any]:
+    """Mini-batches and items finished per second, and the average number of busy workers, per bin."""
+    width = _nice(span / THROUGHPUT_BINS) if span > 0 else _NICE_WIDTHS[0]
+    bins = max(1, math.ceil(span / width))
+    done, items, busy = [0] * bins, [0] * bins, [0.0] * bins
+    last_attempt = records.last_attempts()
+    for a in records.attempts:
+        end_bin = min(bins - 1, int(a.end / width))
+        if a.outcome == "succeeded" or last_attempt[a.mini_batch] == a.attempt:
+            done[end_bin] += 1
+        if a.outcome == "succeeded":
+            items[end_bin] += a.items_succeeded or 0
+        for b in range(int(a.start / width), end_bin + 1):  # the attempt's share of each bin it spans
+            busy[b] += min(a.end, (b + 1) * width) - max(a.start, b * width)
+    return dict(
+        bin_s=width,
+        t=[round(b * width, 3) for b in range(bins)],
+        mini_batches_per_s=[round(n / width, 3) for n in done],
+        items_per_s=[round(n / width, 3) for n in items],
+        busy_workers=[round(s / width, 3) for s in busy],
+    )
+
+
+def _durations(attempts: list[Attempt]) -> dict[str, Any] | None:
+    if not attempts:
+        return None
+    values = sorted(a.duration for a in attempts)
+    top = values[-1] or 1e-3
+    width = top / DURATION_BINS
+    counts = [0] * DURATION_BINS
+    for value in values:
+        counts[min(DURATION_BINS - 1, int(value / width))] += 1
+    return dict(
+        edges=[round(i * width, 6) for i in range(DURATION_BINS + 1)],
+        counts=counts,
+        mean=round(sum(values) / len(values), 4),
+        **{name: round(_percentile(values, q), 4) for name, q in (("p50", 50), ("p90", 90), ("p99", 99))},
+        max=round(values[-1], 4),
+    )
+
+
+def _slowest(records: RunRecords) -> list[dict[str, Any]]:
+    """The slowest mini-batches (their longest attempt), with their inputs and worker."""
+    longest: dict[int, Attempt] = {}
+    for a in records.attempts:
+        if a.mini_batch not in longest or a.duration > longest[a.mini_batch].duration:
+            longest[a.mini_batch] = a
+    top = sorted(longest.values(), key=lambda a: -a.duration)[:SLOWEST]
+    sources = {row["idx"]: row["source"] for row in records.ledger_rows(a.mini_batch for a in top)}
+    return [
+        dict(
+            mini_batch=a.mini_batch,
+            attempt=a.attempt,
+            outcome=a.outcome,
+            worker=a.worker,
+            duration_s=round(a.duration, 3),
+            start_s=a.start,
+            items=a.items,
+            source=sources.get(a.mini_batch, ""),
+        )
+        for a in top
+    ]
+
+
+class _Failure(NamedTuple):
+    error: str
+    outcome: str
+    mini_batch: int | None  # None: init() failed
+    attempt: int | None
+    worker: str
+    t: float
+    final: bool  # the mini-batch's last attempt (it failed for good, unless the run stopped first)
+
+
+def error_groups(records: RunRecords) -> list[dict[str, Any]]:
+    """Each distinct error (numbers, strings and paths masked, as the driver groups them): how many
+    attempts it failed, which mini-batches, the first traceback and the log to open. init() failures
+    come from the events (their workers never ran an attempt)."""
+    last_attempt = records.last_attempts()
+    failures = [
+        _Failure(
+            a.error or a.outcome,
+            a.outcome,
+            a.mini_batch,
+            a.attempt,
+            a.worker,
+            a.start,
+            last_attempt[a.mini_batch] == a.attempt,
+        )
+        for a in records.attempts
+        if a.outcome != "succeeded"
+    ]
+    failures += [
+        _Failure(e.get("detail") or "init() failed", "init_failed", None, None, e["worker"], e["t"], False)
+        for e in records.events
+        if e["type"] == "worker_replaced" and e.get("reason") == "init_failed"
+    ]
+    groups: dict[str, list[_Failure]] = {}
+    for failure in sorted(failures, key=lambda f: f.t):
+        groups.setdefault(signature(failure.error), []).append(failure)
+    return [_group(group, records) for group in sorted(groups.values(), key=len, reverse=True)]
+
+
+def _group(failures: list[_Failure], records: RunRecords) -> dict[str, Any]:
+    first = failures[0]
+    paths = records.worker_logs(first.worker, create=False)
+    traceback = failure_section(paths, first.mini_batch, first.attempt, TRACEBACK_CHARS)
+    log = paths.error if traceback else paths.stderr  # a crash leaves no traceback; its stderr may tell
+    mini_batches = sorted({f.mini_batch for f in failures if f.mini_batch is not None})
+    return dict(
+        error=first.error,
+        signature=signature(first.error),
+        count=len(failures),
+        outcomes=dict(collections.Counter(f.outcome for f in failures)),
+        mini_batches=mini_batches[:LISTED_MINI_BATCHES],
+        mini_batches_count=len(mini_batches),
+        mini_batches_failed=len({f.mini_batch for f in failures if f.final}),
+        first=dict(mini_batch=first.mini_batch, attempt=first.attempt, worker=first.worker, t=first.t),
+        log=str(log.relative_to(records.run_dir)),
+        traceback=traceback,
+    )
+
+
+def _resources(records: RunRecords, notes: list[str]) -> dict[str, Any]:
+    """Machine CPU and memory per node, and the largest workers' memory, from the monitor's samples."""
+    config = records.summary.get("config") or {}
+    interval = config.get("resource_monitor_interval")
+    perf = records.logs.root / "perf"
+    since = unix(records.summary.get("started_at")) or records.origin
+    nodes: dict[str, dict[str, list[Any]]] = {}
+    workers: dict[str, list[tuple[float, float]]] = {}
+    for folder in sorted(perf.glob("*"), key=lambda p: natural(p.name)) if perf.is_dir() else []:
+        node = read_samples(folder / "node_resource_usage.csv", since, records.origin)
+        if node:
+            nodes[folder.name] = {
+                key: [row[key] for row in node] for key in ("t", "cpu_percent", "memory_percent", "memory_used_mb")
+            }
+        by_process = collections.defaultdict(list)
+        for row in read_samples(folder / "processes_resource_usage.csv", since, records.origin):
+            if row.get("rss_mb") is not None:
+                by_process[f"{folder.name}/{row['process_name']}"].append((row["t"], row["rss_mb"]))
+        workers.update(by_process)
+    largest = sorted(workers, key=lambda w: -max(rss for _, rss in workers[w]))[:MAX_RSS_LINES]
+    if len(workers) > len(largest):
+        notes.append(f"Worker memory: the {len(largest)} workers with the highest peak of {len(workers)} are drawn.")
+    samples = max((len(n["t"]) for n in nodes.values()), default=0)
+    if interval == 0:
+        notes.append("The resource monitor was off (resource_monitor_interval: 0): no resource chart.")
+    elif samples:
+        notes.append(
+            f"Resources were sampled every {interval:g} s (resource_monitor_interval), and at the start and end: "
+            f"{samples} samples per node."
+        )
+    oom = [
+        dict(t=e["t"], worker=e.get("worker"), label=e.get("detail", ""))
+        for e in records.events
+        if e["type"] == "worker_replaced" and e.get("reason") == "out_of_memory"
+    ]
+    return dict(
+        nodes=nodes,
+        workers={w: dict(t=[t for t, _ in workers[w]], rss_mb=[r for _, r in workers[w]]) for w in largest},
+        oom=oom,
+    )
+
+
+# Helpers ------------------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    return values[max(0, math.ceil(q / 100 * len(values)) - 1)]
+
+
+def _nice(width: float) -> float:
+    """The smallest round bin width at least `width`."""
+    i = bisect.bisect_left(_NICE_WIDTHS, width)
+    return _NICE_WIDTHS[i] if i < len(_NICE_WIDTHS) else math.ceil(width / 3600) * 3600
