@@ -88,6 +88,17 @@ def ray_head(num_cpus: int = 2) -> Iterator[dict]:
         stop(cluster)
 
 
+def jobs_client(cluster: dict):
+    """A Jobs API client of the cluster, for a process whose environment has the cluster's `env`. Its
+    token is given explicitly: Ray reads RAY_AUTH_MODE once per process, so after a test that ran a
+    local Ray (auth disabled) it would send none."""
+    from ray.job_submission import JobSubmissionClient
+
+    from parallel_steps.pool.ray_env import auth_headers
+
+    return JobSubmissionClient(cluster["dashboard"], headers=auth_headers())
+
+
 def stop(cluster: dict) -> None:
     """Stop only this cluster (`ray stop` would stop every Ray on the machine), children first."""
     processes = _processes(cluster)

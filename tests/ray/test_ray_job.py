@@ -19,7 +19,7 @@ from support import CLI, environ
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.jobs import submit
-from ray_head import ray_head
+from ray_head import jobs_client, ray_head
 
 SECRET = "hush-7f3a"
 GATED = """
@@ -92,9 +92,7 @@ def started_workers(tmp_path: Path, count: int = 2) -> list[int]:
 
 def job_info(cluster: dict, job_id: str):
     """The Ray job once it has ended (a driver exits a moment after it wrote the run's end)."""
-    from ray.job_submission import JobSubmissionClient
-
-    client, deadline = JobSubmissionClient(cluster["dashboard"]), time.monotonic() + 60
+    client, deadline = jobs_client(cluster), time.monotonic() + 60
     while (info := client.get_job_info(job_id)).status in ("PENDING", "RUNNING") and time.monotonic() < deadline:
         time.sleep(0.2)
     return info
@@ -102,14 +100,8 @@ def job_info(cluster: dict, job_id: str):
 
 def runs_of(cluster: dict, job_id: str) -> list[str]:
     """Every job of the run that `job_id` belongs to (the same id up to the attempt number)."""
-    from ray.job_submission import JobSubmissionClient
-
     base = job_id.rsplit("-", 1)[0]
-    return [
-        job.submission_id
-        for job in JobSubmissionClient(cluster["dashboard"]).list_jobs()
-        if job.submission_id.startswith(base)
-    ]
+    return [job.submission_id for job in jobs_client(cluster).list_jobs() if job.submission_id.startswith(base)]
 
 
 def output(summary: dict) -> list[str]:
