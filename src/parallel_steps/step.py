@@ -164,10 +164,19 @@ class _StepRun:
     # The phases ----------------------------------------------------------------------------
 
     def execute(self) -> RunSummary:
-        index = RunIndex(self.run_root)
         self.run = RunDirectory(
             self.run_root, self.config.name, self.code, self.config.output, self.requested_dir, self.requested_id
         )
+        try:
+            summary = self._execute(RunIndex(self.run_root))
+        finally:
+            self.run.release()
+        if summary["status"] != "Succeeded" and not summary["reused"]:
+            raise StepFailed(summary)
+        return summary
+
+    def _execute(self, index: RunIndex) -> RunSummary:
+        """Plan and run in the locked run directory; what is left of it afterwards."""
         self.run.drop_stale_cancel(self.started_at)
         self.plan = self._new_plan()
         try:
@@ -180,8 +189,6 @@ class _StepRun:
             index.close()
         if summary["reused"]:
             self.run.keep_reused(summary) if self.run.chosen else self.run.discard()
-        elif summary["status"] != "Succeeded":
-            raise StepFailed(summary)
         return summary
 
     def _plan_and_run(self, index: RunIndex) -> RunSummary:
