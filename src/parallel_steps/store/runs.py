@@ -182,7 +182,7 @@ def hold_driver_lock(run_dir: Path) -> IO[str]:
     on a shared file system that locks across clients (NFSv4, CephFS, Lustre mounted with
     flock) a driver on another machine (a Ray job, a worker's retry) holds it too.
     """
-    file = open(Path(run_dir) / DRIVER_LOCK, "a+")  # noqa: SIM115 - held as long as the driver runs
+    file = open(Path(run_dir) / DRIVER_LOCK, "a+")  # held open as long as the driver runs
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
