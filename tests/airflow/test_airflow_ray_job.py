@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_head import ray_head
+from ray_head import jobs_client, ray_head
 
 AIRFLOW = Path(sys.executable).with_name("airflow")
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -33,10 +33,8 @@ def cluster():
 
 def ray_jobs(cluster: dict, run_dir: Path) -> list[str]:
     """The Ray jobs ever submitted for one run (they share its job id up to the attempt number)."""
-    from ray.job_submission import JobSubmissionClient
-
     base = json.loads((run_dir / "ray_job.json").read_text())["submission_id"].rsplit("-", 1)[0]
-    jobs = JobSubmissionClient(cluster["dashboard"]).list_jobs()
+    jobs = jobs_client(cluster).list_jobs()
     return sorted(job.submission_id for job in jobs if job.submission_id.startswith(base + "-"))
 
 
@@ -91,7 +89,6 @@ def test_a_killed_airflow_process_run_again_reattaches_to_the_running_job(run_ta
     opener.start()
     again = run_task("parallel_run_gated_ray_job", "score")
     opener.join()
-    print("DEBUG", again.log)
     assert again.returncode == 0, again.log[-5000:]
     assert "[DAG TEST] running trigger in line" in again.log  # it deferred
     summary = again.xcom("score")

@@ -204,7 +204,7 @@ class ParallelRunOperator(BaseOperator):
                 run_dir=run_dir,
                 run_id=run_id,
                 cancel=self._cancel,
-                on_progress=_ProgressLog(self.log, self.progress_log_interval),
+                on_progress=ProgressLog(self.log, self.progress_log_interval),
                 on_event=_EventLog(self.log),
                 entry_callables=self.entry_callables(),
             )
@@ -234,11 +234,17 @@ class ParallelRunOperator(BaseOperator):
 
             trigger = ParallelRunTrigger(str(run_dir), progress_log_interval=self.progress_log_interval)
             self.defer(trigger=trigger, method_name="execute_complete")
-        summary = self._job.wait(on_progress=_ProgressLog(self.log, self.progress_log_interval))
+        summary = self._job.wait(on_progress=ProgressLog(self.log, self.progress_log_interval))
         return self._result(summary, context)
 
-    def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any]) -> dict[str, Any]:
-        """Resume after `ParallelRunTrigger` fired: the run's summary (XCom), or the task fails with its reason."""
+    def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after `ParallelRunTrigger` fired: the run's summary (XCom), or the task fails with its reason.
+
+        Without an event (the deferred task was run again before its trigger fired, e.g. after the
+        process running the trigger was killed), the task starts over: it attaches to the run's job.
+        """
+        if event is None:
+            return self.execute(context)
         return self._result(run_status(event["run_dir"]), context)
 
     def _result(self, summary: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
@@ -350,7 +356,7 @@ def _deferred(value: Any) -> bool:
     return False
 
 
-class _ProgressLog:
+class ProgressLog:
     """Writes the driver's progress snapshots to the task log, at most one line per interval."""
 
     def __init__(self, log, interval: float):

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..jobs import cancel, watch
-from .operators import _ProgressLog
+from .operators import ProgressLog
 
 
 class ParallelRunTrigger(BaseTrigger):
@@ -40,7 +40,7 @@ class ParallelRunTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        progress = _ProgressLog(self.log, self.progress_log_interval)
+        progress = ProgressLog(self.log, self.progress_log_interval)
         summary: dict[str, Any] = {}
         on_error = lambda exc: self.log.warning("cannot read the run's status now (%s); trying again", exc)  # noqa: E731
         async for summary in watch(self.run_dir, interval=self.poll_interval, on_error=on_error):
