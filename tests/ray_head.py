@@ -115,9 +115,10 @@ def stop(cluster: dict) -> None:
 
 
 def _processes(cluster: dict) -> list[psutil.Process]:
-    """The cluster's processes: those naming its temp dir or address, and their children (Ray renames its
+    """The cluster's processes: those naming its temp dir or GCS port, and their children (Ray renames its
     agents and workers, e.g. `ray::DashboardAgent`, so only their parents name the cluster)."""
-    pattern = re.compile(re.escape(cluster["temp_dir"]) + "|" + re.escape(cluster["address"]))
+    port = cluster["address"].rsplit(":", 1)[1]  # the Ray Client server names the GCS by the node's other IP
+    pattern = re.compile(re.escape(cluster["temp_dir"]) + "|" + re.escape(cluster["address"]) + rf"|:{port}\b")
     found = {}
     for process in psutil.process_iter(["cmdline"]):
         if process.pid != os.getpid() and pattern.search(" ".join(process.info["cmdline"] or [])):
