@@ -15,9 +15,8 @@ attempt hangs). While it runs, it injects at random:
 When a run succeeds its output is checked (every row exactly once) and a new run starts over
 fresh inputs, until the time is up; then faults stop and the last run finishes. Every driver
 that ended (killed or not) must have no worker left 5 s later, and at the end no process of
-the soak may be alive anywhere on the machine (psutil: a cmdline naming the soak's folder;
-workers name it through their marker file, TMPDIR points there; or the soak's tag in the
-environment). Prints what it did as a table; exits 1 if anything was lost, duplicated, left
+the soak may be alive anywhere on the machine (psutil: a cmdline naming the soak's folder, or
+the soak's tag in the environment), and no file may be left in the soak's TMPDIR. Prints what it did as a table; exits 1 if anything was lost, duplicated, left
 behind, or a run ended otherwise than expected. The choices are seeded (`--seed`); their timing
 follows the machine, so two runs with one seed differ.
 """
@@ -344,7 +343,7 @@ def report(soak: Soak, wall_s: float, leftovers: list[str]) -> bool:
     """Print the table; True when nothing was lost, duplicated, left behind or unexpected."""
     checks = [check for _, check in soak.runs]
     summaries = [run.summary for run, _ in soak.runs if run.summary]
-    markers_left = len(list((soak.root / "tmp").glob("parallel-steps-worker-*.marker")))
+    files_left = sum(1 for path in (soak.root / "tmp").rglob("*") if path.is_file())
     rows = [
         *(("faults: " + kind, soak.faults[kind]) for kind in ["hang", *MEAN_INTERVAL_S, "second SIGTERM"]),
         ("hangs that happened (marker consumed)", soak.hangs_happened),
@@ -362,7 +361,7 @@ def report(soak: Soak, wall_s: float, leftovers: list[str]) -> bool:
         ("unexpected rows", sum(c.unexpected for c in checks)),
         ("orphans (workers alive 5 s after their driver)", len(soak.orphans)),
         ("orphans (machine-wide at the end)", len(leftovers)),
-        ("worker marker files left in TMPDIR", markers_left),
+        ("files left in TMPDIR", files_left),
         ("wall time", f"{wall_s:.0f} s"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -371,7 +370,7 @@ def report(soak: Soak, wall_s: float, leftovers: list[str]) -> bool:
         print(f"{name:<{width}}  {value}")
     for line in soak.orphans + leftovers:
         print(f"left behind: {line}")
-    bad = ("unexpected driver exits", "duplicated", "lost", "unexpected rows")
+    bad = ("unexpected driver exits", "duplicated", "lost", "unexpected rows", "files left in TMPDIR")
     return not any(value for name, value in rows if name in bad or name.startswith("orphans"))
 
 

@@ -87,7 +87,7 @@ def _substitute(arguments: list[str], configured: dict[str, str], local: dict[st
     """`${side_inputs.NAME}`, or an argument equal to a side input's path, becomes its local path."""
     by_path = {path: local[name] for name, path in configured.items()}
 
-    def replace(match: re.Match) -> str:
+    def replace(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in local:
             raise ConfigError(

@@ -7,18 +7,18 @@ that arrive as strings: Airflow params, Prefect parameters, `--set` on the CLI.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.config import JsonDict
 
-from .errors import ConfigError, InputError
+from .errors import ConfigError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
 from .inputs.partitions import PartitionFormat
+from .stepfile import read_yaml, resolve_paths
 from .store.runs import default_run_root
 
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -30,10 +30,8 @@ _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
 #: The mark of a field that a DAG param, trigger conf or `--set` may change by default: it changes neither the
 #: code that runs, its environment, nor where data is read or written (issue 14; see overrides.py).
-TRIGGER = {"trigger_overridable": True}
+TRIGGER: JsonDict = {"trigger_overridable": True}
 _INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
-MASK = "***"
 
 
 def check_input_name(field: str, name: Any) -> None:
@@ -475,7 +473,7 @@ class ParallelRunConfig(BaseModel):
         return type(self).from_dict({**base, **params})
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> ParallelRunConfig:
+    def from_yaml(cls, path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
         """A config from a step file, or from an Azure ML v2 `type: parallel` job file (see `load_job`);
         relative paths are relative to the file's folder."""
         data = read_yaml(path, "step file")
@@ -484,25 +482,6 @@ class ParallelRunConfig(BaseModel):
 
             return cls.from_dict({**job_fields(data, Path(path)), **overrides})
         return cls.from_dict({**resolve_paths(data, Path(path).absolute().parent), **overrides})
-
-
-def read_yaml(path: str | os.PathLike, what: str) -> dict[str, Any]:
-    """The mapping in a YAML file; a missing, unreadable or malformed file is an InputError naming it."""
-    import yaml  # here, not at the top: most runs never read YAML, and it costs start-up time
-
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise InputError(str(path), f"{what} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), f"cannot read {what} ({exc})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(str(path), f"not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise InputError(str(path), f"a {what} must be a mapping of fields")
-    return data
 
 
 def _check_file_keys(keys: list[str], inputs: list[Dataset]) -> None:
@@ -522,39 +501,6 @@ def _check_file_keys(keys: list[str], inputs: list[Dataset]) -> None:
                 f"{missing[0]!r} is not a key of partition_format {dataset.partition_format!r}",
                 f"have: {', '.join(have)}",
             )
-
-
-_PATH_FIELDS = ("entry_script", "source_directory", "output", "run_root")
-
-
-def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Make the relative paths of a step file relative to `base` (URLs are left alone)."""
-
-    def absolute(path: Any) -> Any:
-        if not isinstance(path, str) or "://" in path or os.path.isabs(path):
-            return path
-        return str(base / path)
-
-    data = dict(data)
-    for key in _PATH_FIELDS:
-        if key in data and not (key == "entry_script" and data.get("source_directory")):
-            data[key] = absolute(data[key])
-    for key in ("side_inputs", "models"):
-        if isinstance(data.get(key), dict):
-            data[key] = {k: absolute(v) for k, v in data[key].items()}
-    if "inputs" in data:
-        items = data["inputs"] if isinstance(data["inputs"], list) else [data["inputs"]]
-        data["inputs"] = [_resolve_input(item, absolute) for item in items]
-    return data
-
-
-def _resolve_input(item: Any, absolute) -> Any:
-    if isinstance(item, str):
-        return absolute(item)
-    if isinstance(item, dict) and "path" in item:
-        paths = item["path"]
-        item = {**item, "path": [absolute(p) for p in paths] if isinstance(paths, list) else absolute(paths)}
-    return item
 
 
 def _dataset(item: Any, where: str) -> Dataset:
@@ -614,43 +560,7 @@ def _config_error(exc: ValidationError) -> ConfigError:
         elif error["type"] not in ("value_error", "assertion_error"):
             message = f"{error['input']!r} is not valid ({message[0].lower() + message[1:]})"
         problems.append((field, message))
-    error = ConfigError(*problems[0])
+    first = ConfigError(*problems[0])
     if len(problems) > 1:
-        error.args = ("; ".join(f"{f}: {m}" for f, m in problems),)
-    return error
-
-
-def public_config(config: ParallelRunConfig) -> dict[str, Any]:
-    """The effective configuration as plain JSON data for summaries, run.json, XCom and artifacts:
-    environment variable values are masked (a `${env:NAME}` reference is shown as written)."""
-    data = json.loads(config.model_dump_json())
-    data["environment_variables"] = mask_environment(config.environment_variables)
-    return data
-
-
-def mask_environment(variables: Mapping[str, str]) -> dict[str, str]:
-    """Environment variables as shown anywhere but in the workers' environment: names, masked values."""
-    return {name: mask(value) for name, value in variables.items()}
-
-
-def mask(value: str) -> str:
-    """A secret's value as shown anywhere outside the worker's environment."""
-    return value if _ENV_REF.fullmatch(value) else MASK
-
-
-def resolved_environment(config: ParallelRunConfig) -> dict[str, str]:
-    """The workers' extra environment: `environment_variables` with `${env:NAME}` read from this
-    process's environment. Only the workers' environment ever holds the values."""
-    resolved = {}
-    for name, value in config.environment_variables.items():
-        reference = _ENV_REF.fullmatch(value)
-        if reference:
-            source = reference.group(1)
-            if source not in os.environ:
-                raise ConfigError(
-                    "environment_variables",
-                    f"{name}: ${{env:{source}}} is not set in the environment of the process that runs the step",
-                )
-            value = os.environ[source]
-        resolved[name] = value
-    return resolved
+        first.args = ("; ".join(f"{f}: {m}" for f, m in problems),)
+    return first

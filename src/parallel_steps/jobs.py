@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .checks import check_inputs
-from .config import ParallelRunConfig, public_config
+from .config import ParallelRunConfig
+from .environment import public_config
 from .errors import ConfigError, InputError, ParallelStepsError
 from .store.ledger import Ledger
 from .store.logs import RunLogs
@@ -74,7 +75,7 @@ def resolve_run(run: str, run_root: str | None = None) -> Path:
 def submit(
     config: ParallelRunConfig,
     run_id: str | None = None,
-    run_dir: str | os.PathLike | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
     entry_callables: bytes | None = None,
 ) -> RunHandle:
     """Start the step's driver in the background, where `config.submit_to` says: a process on this
@@ -143,16 +144,16 @@ def queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
 class RunHandle:
     """A submitted or earlier run, by its run directory."""
 
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike[str]):
         self.run_dir = Path(run_dir)
 
     @property
     def run_id(self) -> str:
-        return self.summary().get("run_id", self.run_dir.name)
+        return str(self.summary().get("run_id", self.run_dir.name))
 
     def status(self) -> str:
         """`Queued`, `Running`, `Succeeded`, `Failed` or `Canceled`."""
-        return self.summary()["status"]
+        return str(self.summary()["status"])
 
     def summary(self) -> dict[str, Any]:
         return run_status(str(self.run_dir))

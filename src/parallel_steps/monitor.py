@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from .config import MASK
+from .environment import MASK
 from .store.logs import RunLogs
 
 #: `time` is for people (to the second); `time_unix` is the same instant in Unix seconds (the report's charts).
@@ -52,7 +52,7 @@ class ResourceMonitor:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
         self.sample()
@@ -100,7 +100,7 @@ class ResourceMonitor:
             snapshot_file.write_text(snapshot)
 
 
-def _process_row(stamp: str, name: str, pid: int) -> list:
+def _process_row(stamp: str, name: str, pid: int) -> list[object]:
     try:
         process = psutil.Process(pid)
         with process.oneshot():
@@ -131,7 +131,7 @@ def _process_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _append(path: Path, columns: list[str], rows: list[list]) -> None:
+def _append(path: Path, columns: list[str], rows: list[list[object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     with open(path, "a", newline="", encoding="utf-8") as file:

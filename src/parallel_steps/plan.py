@@ -20,7 +20,7 @@ from .inputs.planner import Planner
 from .reuse import ReuseSources, step_code_key
 from .store.ledger import Ledger, PlanRow
 from .store.runs import RunIndex
-from .summary import Counters
+from .summary import RESUMED_COUNTS, Counters
 
 _CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 
@@ -28,9 +28,14 @@ _CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 class RunPlan:
     """The plan of one run, and the counts it implies (planned, reused, taken from this run's own past, new)."""
 
-    def __init__(self, config: ParallelRunConfig, ledger: Ledger, run_id: str):
+    def __init__(self, config: ParallelRunConfig, ledger: Ledger, run_id: str, resumed: bool = False):
+        """`resumed`: a restart, or a rerun in the same folder; the counts of work done (workers started,
+        attempts retried) go on from where the run's earlier attempts left them in the ledger."""
         self.config, self.ledger, self.run_id = config, ledger, run_id
         self.counters = Counters()
+        if resumed:
+            for name in RESUMED_COUNTS:
+                setattr(self.counters, name, int(ledger.get(name) or 0))
         self.notes: list[str] = []  # the planner's advice, logged with the plan
         self.diff: PlanDiff | None = None  # against the earlier plan, when the plan was sticky
 

@@ -11,6 +11,7 @@ fields (node and process counts, timeouts, logging, backend) are left out.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -19,8 +20,10 @@ from typing import Any, cast
 
 from . import __version__
 from .checks import Checked
-from .config import ParallelRunConfig, public_config
+from .config import ParallelRunConfig
 from .driver.health import threshold_breach
+from .environment import public_config
+from .inputs.datasets import Dataset
 from .inputs.fingerprints import content_hash, file_identity
 from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
@@ -74,6 +77,16 @@ def step_code_key(config: ParallelRunConfig, checked: Checked, entry_callables: 
     return code_key(config, checked.entry_script, entry_callables, checked.side_inputs, checked.models, skip=skip)
 
 
+def inputs_key(code: str, inputs: Iterable[Dataset]) -> str:
+    """What a second run of a step on the same inputs waits for (the run lock): the code key and the
+    inputs as named, not as listed (the listing is written while the run goes)."""
+    named = [
+        dict(dataset.model_dump(), path=[p if is_url(p) else os.path.abspath(p) for p in dataset.path])
+        for dataset in inputs
+    ]
+    return step_key(code, [json.dumps(named, sort_keys=True, default=str)])
+
+
 def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
     """The step's key: its code and every mini-batch's fingerprint, in plan order. Callers wait until each
     has one (a streamed plan's file mini-batches get theirs from the worker that reads them)."""
@@ -85,7 +98,7 @@ def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
     return digest.hexdigest()
 
 
-def _tree(digest, root: Path, mode: str, skip: set[Path]) -> None:
+def _tree(digest: Any, root: Path, mode: str, skip: set[Path]) -> None:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and (Path(folder) / d).resolve() not in skip)
         for name in sorted(files):

@@ -12,42 +12,43 @@ to reuse, the plan streams into the running workers instead -> assemble the outp
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from .azure.azureml_shim import count_metrics, metrics_path
+from .azure.azureml_shim import count_metrics
 from .checks import check_step
-from .config import ParallelRunConfig, public_config, resolved_environment
+from .config import ParallelRunConfig
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
+from .environment import public_config
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner
-from .inputs.storage import is_url, upload
-from .monitor import ResourceMonitor
+from .inputs.storage import upload
 from .plan import RunPlan
 from .platform import require_linux
-from .pool.base import WorkerPool, node_id_of
-from .pool.factory import make_pool
-from .protocol import WorkerSpec
+from .pool.base import WorkerPool
 from .report import write_run_report
-from .reuse import ReuseSources, output_file_url, restore_whole_step, step_code_key, step_key
+from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
+from .run_workers import RunWorkers
 from .store.logs import timestamp
 from .store.output import assemble
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
-from .summary import RESUMED_COUNTS, RunSummary, summarize
+from .summary import RunSummary, summarize
+
+if TYPE_CHECKING:
+    from .jobs import RunHandle
 
 
 def run_step(
     config: ParallelRunConfig,
     *,
-    run_dir: str | os.PathLike | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
     run_id: str | None = None,
     on_progress: ProgressCallback | None = None,
     on_event: EventCallback | None = None,
@@ -128,13 +129,13 @@ class ParallelRunStep:
         With `submit_to: ray_job` the driver runs on the Ray cluster, and this waits for it."""
         config = self.config.with_overrides(**overrides)
         if config.submit_to == "ray_job":
-            summary = self.submit(**overrides).wait()
+            summary = cast(RunSummary, self.submit(**overrides).wait())
             if summary["status"] != "Succeeded":
                 raise StepFailed(summary)
             return summary
         return run_step(config)
 
-    def submit(self, **overrides: Any):
+    def submit(self, **overrides: Any) -> RunHandle:
         """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""
         from .jobs import submit  # jobs imports nothing of this module; the import waits for its first use
 
@@ -147,7 +148,16 @@ class ParallelRunStep:
 class _StepRun:
     """One invocation of `run_step`: its phases, in order."""
 
-    def __init__(self, config: ParallelRunConfig, run_dir, run_id, on_progress, on_event, cancel, entry_callables):
+    def __init__(
+        self,
+        config: ParallelRunConfig,
+        run_dir: str | os.PathLike[str] | None,
+        run_id: str | None,
+        on_progress: ProgressCallback | None,
+        on_event: EventCallback | None,
+        cancel: threading.Event | None,
+        entry_callables: bytes | None,
+    ):
         self.config, self.entry_callables = config, entry_callables
         self.on_progress, self.on_event = on_progress, on_event
         self.cancel = cancel or Cancel()
@@ -178,7 +188,8 @@ class _StepRun:
     def _execute(self, index: RunIndex) -> RunSummary:
         """Plan and run in the locked run directory; what is left of it afterwards."""
         self.run.drop_stale_cancel(self.started_at)
-        self.plan = self._new_plan()
+        self.workers = RunWorkers(self.config, self.checked, self.entry_callables, self.run)
+        self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
         try:
             summary = self._plan_and_run(index)
         except (InputError, ConfigError):  # a user error, found before any mini-batch ran: leave no trace
@@ -193,8 +204,9 @@ class _StepRun:
 
     def _plan_and_run(self, index: RunIndex) -> RunSummary:
         with contextlib.ExitStack() as stack:
-            workers = stack.enter_context(contextlib.ExitStack())  # closed before the output is assembled
-            stack.enter_context(key_lock(self.run_root, self._lock_key(), self.config.first_task_creation_timeout))
+            scope = stack.enter_context(contextlib.ExitStack())  # the workers': closed before the output is assembled
+            lock = inputs_key(self.code, self.config.inputs)
+            stack.enter_context(key_lock(self.run_root, lock, self.config.first_task_creation_timeout))
             sources = self._sources(index)
             if sources:
                 self.plan.whole(sources)  # whole: whole-step reuse needs every fingerprint
@@ -203,26 +215,17 @@ class _StepRun:
                     summary := restore_whole_step(index, key, self.run, self.config, self.started_at)
                 ):
                     return summary
-                return self._run(index, workers, self.run.ledger.pending(), None)
+                return self._run(index, scope, self.run.ledger.pending(), None)
             # Nothing to reuse: the workers start, and run the plan while it is being written.
-            return self._run(index, workers, self.plan.streamed(self._log_plan), workers.enter_context(self._pool()))
+            return self._run(index, scope, self.plan.streamed(self._log_plan), scope.enter_context(self.workers.pool()))
 
     def _sources(self, index: RunIndex) -> ReuseSources:
         run = self.run
         own = run.ledger if run.resumed else None
         return ReuseSources(run.run_id, own, index, self.code, self.config.allow_reuse, link=run.link_spool)
 
-    def _lock_key(self) -> str:
-        """What a second run of this step on the same inputs waits for: the code key and the inputs
-        as named (not as listed: the listing is written while the run goes)."""
-        inputs = [
-            dict(dataset.model_dump(), path=[p if is_url(p) else os.path.abspath(p) for p in dataset.path])
-            for dataset in self.config.inputs
-        ]
-        return step_key(self.code, [json.dumps(inputs, sort_keys=True, default=str)])
-
     def _run(
-        self, index: RunIndex, workers: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
+        self, index: RunIndex, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
     ) -> RunSummary:
         run, logs = self.run, self.run.logs
         index.register(run.run_id, self.config.name, run.path, "Running", self.code)
@@ -238,7 +241,7 @@ class _StepRun:
         write_summary(run.path, RunSummary(**running, pid=os.getpid(), host=os.uname().nodename))
         while True:
             try:
-                status, reason = self._drive(workers, pending, pool)
+                status, reason = self._drive(scope, pending, pool)
                 if status == "Succeeded":
                     self._deliver_output()
                 break
@@ -247,7 +250,7 @@ class _StepRun:
                 raise
             except Exception as exc:  # a system error of the driver itself
                 log.exception("system error")
-                workers.close()
+                scope.close()
                 if len(self.restarts) >= self.config.max_job_restarts:
                     status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
                     break
@@ -268,22 +271,13 @@ class _StepRun:
         self.run.logs.flush()
         self.run.ledger.rollback()
         self.run.resumed = True
-        self.plan = self._new_plan()
+        self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
         self.plan.whole(self._sources(index))
         self._log_plan()
         return self.run.ledger.pending()
 
-    def _new_plan(self) -> RunPlan:
-        """A plan whose counts of work done (workers started, attempts retried) go on from where this
-        run's earlier attempts left them: a restart, or a rerun in the same folder."""
-        plan = RunPlan(self.config, self.run.ledger, self.run.run_id)
-        if self.run.resumed:
-            for name in RESUMED_COUNTS:
-                setattr(plan.counters, name, int(self.run.ledger.get(name) or 0))
-        return plan
-
     def _drive(
-        self, workers: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
+        self, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
     ) -> tuple[str, str]:
         counters = self.plan.counters
         if not counters.planning and counters.done == counters.mini_batches_total:
@@ -291,14 +285,14 @@ class _StepRun:
             breach = threshold_breach(self.config, counters)
             return ("Failed", breach) if breach else ("Succeeded", "every mini-batch was reused from earlier runs")
         self.run.make_output_dir()
-        pool = pool or workers.enter_context(self._pool())
-        with self._monitor(pool):
+        pool = pool or scope.enter_context(self.workers.pool())
+        with self.workers.monitor(pool):
             driver = Driver(
                 self.config, self.run.ledger, pool, pending, counters, self.report, self.cancel, self.run.path
             )
             status, reason = driver.run()
         pool.close(self._shutdown_grace(status))  # workers stop (and run shutdown()) before the output
-        workers.close()
+        scope.close()
         self.run.logs.write_error_summary(driver.errors.summary())
         self.shutdown_cut_off += pool.shutdown_cut_off
         for worker in pool.shutdown_cut_off:
@@ -325,39 +319,6 @@ class _StepRun:
         if run.output_url:
             upload(run.output_dir, run.output_url)
             self.log.info("output uploaded to %s", run.output_url)
-
-    def _pool(self) -> WorkerPool:
-        return make_pool(self.config, self._worker_spec, resolved_environment(self.config))
-
-    def _worker_spec(self, node_index: int, node_id: str, process_name: str) -> WorkerSpec:
-        config, run = self.config, self.run
-        return WorkerSpec(
-            node_id=node_id,
-            process_name=process_name,
-            logs=run.logs.worker(node_id, process_name),
-            parts_dir=str(run.parts),
-            output_dir=str(run.output_dir),
-            output_format=config.output_format,
-            append_row=config.output_action == "append_row",
-            entry_script=str(self.checked.entry_script) if self.checked.entry_script else None,
-            entry_callables=self.entry_callables,
-            source_directory=config.source_directory,
-            arguments=self.checked.arguments,
-            side_inputs=self.checked.side_inputs,
-            models=self.checked.models,
-            metrics_log=str(metrics_path(run.logs.root, node_id, process_name)),
-            logging_level=config.logging_level,
-            profile=config.profiling_module == "cProfile",
-            fingerprint_mode=config.reuse_fingerprint,
-        )
-
-    def _monitor(self, pool: WorkerPool):
-        interval = self.config.resource_monitor_interval
-        if not interval:
-            return contextlib.nullcontext()
-        nodes = [node_id_of(i) for i in range(self.config.node_count)]
-        secrets = resolved_environment(self.config).values()
-        return ResourceMonitor(self.run.logs, nodes, pool.processes, interval, self.run.path, secrets)
 
     # Records ----------------------------------------------------------------------------------
 
@@ -404,23 +365,9 @@ class _StepRun:
         logs.flush()  # the report reads the attempts and events
         summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
         write_summary(run.path, summary)
-        logs.write_result(_job_result(summary, logs.where_to_look()))
+        logs.write_result(summary)
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
         self.log.info("%s: %s", summary["status"], summary["status_reason"])
         logs.close(self.log)
         index.update(run.run_id, status=summary["status"], ended_at=time.time(), summary=summary)
-
-
-def _job_result(summary: RunSummary, where_to_look: list[str]) -> str:
-    lines = [f"Status: {summary['status']}", f"Reason: {summary['status_reason']}", ""]
-    if summary["status"] == "Succeeded":
-        lines.append(f"Output: {summary['output_file'] or summary['output']}")
-    else:
-        lines += [
-            "Where to look:",
-            *where_to_look,
-            "",
-            "Rerun the same step to resume: finished mini-batches are reused, only the rest run again.",
-        ]
-    return "\n".join(lines) + "\n"

@@ -22,8 +22,9 @@ from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from ..config import NAME_PATTERN, ParallelRunConfig, public_config, resolved_environment
+from ..config import NAME_PATTERN, ParallelRunConfig
 from ..control import Cancel
+from ..environment import public_config, resolved_environment
 from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed
 from ..jobs import RunHandle, cancel, run_status, submit
 from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides

@@ -19,6 +19,8 @@ import json
 import os
 import sys
 import time
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -123,23 +125,23 @@ class Run:
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Provides the shim's modules when nothing else on sys.path does; refuses the rest of `azureml`."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != "azureml" and not fullname.startswith("azureml."):
             return None
         if fullname not in _MODULES:
             raise ModuleNotFoundError(_not_provided(fullname), name=fullname)
         return importlib.machinery.ModuleSpec(fullname, self, is_package=fullname in ("azureml", "azureml.core"))
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         if module.__name__ != "azureml":
-            module.Model, module.Run = Model, Run
-        module.__getattr__ = _module_getattr(module.__name__)
+            module.__dict__.update(Model=Model, Run=Run)
+        module.__dict__["__getattr__"] = _module_getattr(module.__name__)
 
 
-def _module_getattr(module: str):
+def _module_getattr(module: str) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..inputs.datasets import FileDataset, TabularDataset
 
 from ..inputs.minibatch import MiniBatch
 
@@ -42,7 +45,7 @@ class MiniBatchContext:
         self.partition_key_value = mini_batch.key_values()
 
     @property
-    def dataset(self):
+    def dataset(self) -> FileDataset | TabularDataset:
         from ..inputs.datasets import FileDataset, TabularDataset
 
         if self._mini_batch.kind == "files":

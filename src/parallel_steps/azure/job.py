@@ -17,9 +17,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config import NAME_PATTERN, ParallelRunConfig, read_yaml
+from ..config import NAME_PATTERN, ParallelRunConfig
 from ..errors import ConfigError
 from ..inputs.storage import is_url
+from ..stepfile import read_yaml
 from .mltable import mltable_input
 
 log = logging.getLogger("parallel_steps.azure")
@@ -58,7 +59,7 @@ _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*
 _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
 
 
-def load_job(path: str | os.PathLike, **overrides: Any) -> ParallelRunConfig:
+def load_job(path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
     """The configuration of an Azure ML v2 `type: parallel` job file, run with `run_step` or
     `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in `with_overrides`.
 
@@ -248,12 +249,12 @@ def _split(arguments: Any) -> list[str]:
 
 
 def _substitute(argument: str, paths: dict[tuple[str, str], Any], outputs: dict[str, dict[str, Any]]) -> str:
-    def replace(match: re.Match) -> str:
+    def replace(match: re.Match[str]) -> str:
         kind, name = match.group(1), match.group(2)
         if kind == "outputs" and name in outputs:
             if outputs[name]["path"] is None:
                 raise ConfigError(f"outputs.{name}", "is used in task.program_arguments, so it needs a local path")
-            return outputs[name]["path"]
+            return str(outputs[name]["path"])
         if (kind, name) not in paths:
             have = ", ".join(n for k, n in paths if k == kind) if kind == "inputs" else ", ".join(outputs)
             raise ConfigError("task.program_arguments", f"{match.group(0)} names no {kind[:-1]}", f"have: {have}")

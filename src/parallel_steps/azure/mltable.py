@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..config import read_yaml
 from ..errors import ConfigError
 from ..inputs.storage import is_url
+from ..stepfile import read_yaml
 
 _READERS = {"read_delimited": "csv", "read_parquet": "parquet", "read_json_lines": "jsonl"}
 #: Options with no effect on what is read here (types are always inferred; lines are parsed by pyarrow).

@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     args.script_args = script_args
     try:
         require_linux()
-        return args.command(args)
+        code: int = args.command(args)
+        return code
     except ParallelStepsError as exc:
         print(f"parallel-steps: {first_line(exc)}", file=sys.stderr)
         return 2

@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = _job_command(commands, "status", _status, "the state and counts of a run (finished or running)")
     status.add_argument(
         "--mini-batches", action="store_true", help="each mini-batch's state, attempts, error, worker and duration"
@@ -46,8 +47,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     clean.set_defaults(command=_clean)
 
 
-def _job_command(commands, name: str, handler, help_text: str) -> argparse.ArgumentParser:
-    parser = commands.add_parser(name, help=help_text, description=help_text)
+def _job_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    help_text: str,
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
     parser.add_argument("run", metavar="RUN", help="run id or run directory")
     parser.add_argument(
         "--run-root", help="where run ids are looked up (default PARALLEL_STEPS_HOME or ./.parallel_steps)"

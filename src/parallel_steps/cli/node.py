@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed, first_line
 from ..platform import require_linux
@@ -22,6 +22,9 @@ from ..pool.ray_env import agree_on_token_auth
 from .common import cancel_on_signals, parse_set, print_summary, split_script_args
 from .node_topology import Topology, detect_topology
 from .ray_node import PROBE_EVERY_S, RayStart, own_address, reachable, wait_until
+
+if TYPE_CHECKING:
+    from ..config import ParallelRunConfig
 
 _HEAD_GONE_PROBES = 5  # consecutive failed probes of the head before a worker node stops
 _JOIN_ATTEMPTS = 3  # `ray start` runs a worker node may need (the head can be slow to answer)
@@ -152,7 +155,7 @@ class _MainNode:
                 ray.shutdown()
             head.stop()
 
-    def _config(self):
+    def _config(self) -> ParallelRunConfig:
         from ..config import ParallelRunConfig
 
         overrides: dict[str, Any] = parse_set(self.args.set)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -37,7 +38,7 @@ class RayStart:
             *options,
             *shlex.split(extra),
         ]
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"parallel-steps-ray-start-{os.getpid()}.log"
 
     def start(self) -> None:
@@ -101,7 +102,12 @@ def reachable(host: str, port: int) -> bool:
         return False
 
 
-def wait_until(condition, timeout: float, keep_going, message) -> None:
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float,
+    keep_going: Callable[[], bool],
+    message: str | Callable[[], str],
+) -> None:
     """Poll `condition` until it holds; fail with `message` (a string, or a callable made at failure)."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -119,7 +125,7 @@ def own_address(main_address: str | None) -> str:
             pass
     import ray
 
-    return ray.util.get_node_ip_address()
+    return str(ray.util.get_node_ip_address())
 
 
 def _descendants(pid: int) -> list[psutil.Process]:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ConfigError, StepFailed
 from ..inputs.planner import Planner
 from .common import Progress, add_step_options, cancel_on_signals, config_from_args, print_summary
 
+if TYPE_CHECKING:
+    from ..config import ParallelRunConfig
+    from ..jobs import RunHandle
+    from ..summary import RunSummary
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = commands.add_parser(
         "run",
         help="run a step",
@@ -46,8 +52,8 @@ def _run(args: argparse.Namespace) -> int:
         handle = submit(config, run_dir=args.run_dir)
         if not args.detach:  # the driver runs in a Ray job: follow it here
             return _follow(handle, args.json)
-        summary = handle.summary()
-        print(json.dumps(summary) if args.json else f"{summary['run_id']} {handle.run_dir}")
+        status = handle.summary()
+        print(json.dumps(status) if args.json else f"{status['run_id']} {handle.run_dir}")
         return 0
     cancel = cancel_on_signals()
     progress = Progress()
@@ -62,17 +68,18 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _follow(handle, as_json: bool) -> int:
+def _follow(handle: RunHandle, as_json: bool) -> int:
     """Show a submitted run's progress until it ends; Ctrl-C (or SIGTERM) cancels it."""
     from ..summary import Counters
 
     cancel = cancel_on_signals()
     progress = Progress()
     try:
-        summary = handle.wait(on_progress=progress.update, stop=cancel)
+        status = handle.wait(on_progress=lambda snapshot: progress.update(cast("RunSummary", snapshot)), stop=cancel)
     finally:
         progress.close()
-    print_summary({**Counters().counts(), **summary}, as_json)  # counts a driver lost early never wrote are 0
+    summary = cast("RunSummary", {**Counters().counts(), **status})  # counts a driver lost early never wrote are 0
+    print_summary(summary, as_json)
     return 0 if summary["status"] == "Succeeded" else 1
 
 
@@ -83,7 +90,9 @@ def _plan(args: argparse.Namespace) -> int:
     if not config.inputs:
         raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
     planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
-    items, sizes, first = [], [], []
+    items: list[int | None] = []
+    sizes: list[int] = []
+    first: list[dict[str, Any]] = []
     for mini_batch in planner.mini_batches():
         items.append(mini_batch.items)
         sizes.append(mini_batch.nbytes)
@@ -92,39 +101,39 @@ def _plan(args: argparse.Namespace) -> int:
                 dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=mini_batch.describe())
             )
     known = [n for n in items if n is not None]
-    plan = dict(
-        mini_batches=len(items),
-        items=sum(known) if len(known) == len(items) else None,
-        bytes=sum(sizes),
-        unit="files" if not config.is_tabular else "rows",
-        batch_size=config.batch_size,
-        items_per_batch=_spread(known) if len(known) == len(items) else None,
-        bytes_per_batch=_spread(sizes),
-        first=first,
-        notes=planner.notes,
-        append_row_file_name=config.append_row_file_name if config.output_action == "append_row" else None,
-        append_row_format=config.output_format if config.output_action == "append_row" else None,
-    )
+    counted = len(known) == len(items)
+    unit = "rows" if config.is_tabular else "files"
+    per, spread = _spread(known) if counted else None, _spread(sizes)
+    appended = config.output_action == "append_row"
     if args.json:
+        plan = dict(
+            mini_batches=len(items),
+            items=sum(known) if counted else None,
+            bytes=sum(sizes),
+            unit=unit,
+            batch_size=config.batch_size,
+            items_per_batch=per,
+            bytes_per_batch=spread,
+            first=first,
+            notes=planner.notes,
+            append_row_file_name=config.append_row_file_name if appended else None,
+            append_row_format=config.output_format if appended else None,
+        )
         print(json.dumps(plan))
         return 0
-    per = plan["items_per_batch"]
-    print(
-        f"{plan['mini_batches']} mini-batches, {plan['items'] if plan['items'] is not None else 'unknown'} "
-        f"{plan['unit']}, {plan['bytes']} bytes"
-    )
+    print(f"{len(items)} mini-batches, {sum(known) if counted else 'unknown'} {unit}, {sum(sizes)} bytes")
     if per:
-        print(f"{plan['unit']} per mini-batch: min {per['min']}, median {per['median']}, max {per['max']}")
-    spread = plan["bytes_per_batch"]
-    print(f"bytes per mini-batch: min {spread['min']}, median {spread['median']}, max {spread['max']}")
+        print(f"{unit} per mini-batch: min {per['min']}, median {per['median']}, max {per['max']}")
+    if spread:
+        print(f"bytes per mini-batch: min {spread['min']}, median {spread['median']}, max {spread['max']}")
     for batch in first:
         print(
-            f"  #{batch['id']}: {batch['items'] if batch['items'] is not None else '?'} {plan['unit']}, "
+            f"  #{batch['id']}: {batch['items'] if batch['items'] is not None else '?'} {unit}, "
             f"{batch['bytes']} bytes  {batch['source']}"
         )
-    if plan["append_row_format"]:
-        print(f"output: {plan['append_row_file_name']} ({plan['append_row_format']})")
-    for note in plan["notes"]:
+    if appended:
+        print(f"output: {config.append_row_file_name} ({config.output_format})")
+    for note in planner.notes:
         print(f"note: {note}")
     return 0
 
@@ -135,7 +144,7 @@ def _spread(values: list[int]) -> dict[str, float] | None:
     return dict(min=min(values), median=statistics.median(values), max=max(values))
 
 
-def _diff(config, as_json: bool) -> int:
+def _diff(config: ParallelRunConfig, as_json: bool) -> int:
     from ..plan import preview
 
     diff = preview(config)

@@ -7,7 +7,7 @@
 One owner, one loop, no locks: only the pool holds the worker processes. A worker
 runs the mini-batches it was given in order, one at a time; a short queue lets
 it start the next one without waiting for the driver, and results of quick
-ones come back a few at a time. Its marker (a small shared file) says which
+ones come back a few at a time. Its marker (a little shared memory) says which
 mini-batch it runs and since when, so a deadline counts from the real start,
 and a sentinel (pidfd) firing the moment it dies maps to exactly that
 mini-batch; the others it held go back unstarted. `node_count > 1` simulates
@@ -251,7 +251,7 @@ class LocalWorkerPool(WorkerPool):
         self._free_gpu(handle.info)
         del self._handles[handle.info.id]
         index, _ = handle.marker.get()
-        handle.marker.remove()
+        handle.marker.close()
         if self._closed or previous is WorkerState.STOPPING:
             return
         if previous is WorkerState.STARTING:

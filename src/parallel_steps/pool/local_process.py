@@ -61,8 +61,8 @@ class WorkerProcess:
         command = [sys.executable, "-m", "parallel_steps.pool.local_worker", str(child_end.fileno()), str(os.getpid())]
         with open(spec.logs.stdout, "ab") as stdout, open(spec.logs.stderr, "ab") as stderr:
             process = subprocess.Popen(
-                [*command, marker.path],
-                pass_fds=[child_end.fileno()],
+                [*command, str(marker.fd)],
+                pass_fds=[child_end.fileno(), marker.fd],
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,

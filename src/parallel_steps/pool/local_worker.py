@@ -67,9 +67,9 @@ class _Results:
             self.conn.send(message)
 
 
-def main(fd: int, parent_pid: int, marker_path: str) -> int:
+def main(fd: int, parent_pid: int, marker_fd: int) -> int:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
-    conn, marker = Connection(fd), Marker(marker_path)
+    conn, marker = Connection(fd), Marker(marker_fd)
     spec = conn.recv()
     try:
         spec = localize_side_inputs(spec, copy_paths=False)  # local paths are read in place
@@ -116,4 +116,4 @@ def main(fd: int, parent_pid: int, marker_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))

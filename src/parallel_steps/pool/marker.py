@@ -1,9 +1,11 @@
-"""The marker of a local worker: which mini-batch it runs now and since when, in a small shared file.
+"""The marker of a local worker: which mini-batch it runs now and since when, in a little shared memory.
 
 The worker writes it as it starts and ends each mini-batch; the pool reads it to count
 a deadline from the real start and to blame a crash on the right mini-batch. One writer,
 one reader; a generation number, odd while the worker writes, lets the reader retry a
-torn read (a seqlock).
+torn read (a seqlock). The memory is an anonymous memory file (memfd) handed to the worker by
+descriptor: it lives as long as a process maps it, so nothing is left behind on disk whoever is
+killed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import tempfile
 
 _IDLE = -1
 _READ_TRIES = 1000  # a live writer holds the generation odd for a few instructions
@@ -22,18 +23,17 @@ class Marker:
 
     _FIELDS = struct.Struct("qqd")
 
-    def __init__(self, path: str):
-        self.path = path
-        with open(path, "r+b") as file:
-            self._map = mmap.mmap(file.fileno(), self._FIELDS.size)
+    def __init__(self, fd: int):
+        """Maps the memory file `fd`; the pool keeps `fd` open to hand it to the worker (`pass_fds`)."""
+        self.fd = fd
+        self._map = mmap.mmap(fd, self._FIELDS.size)
         self._generation = self._FIELDS.unpack_from(self._map)[0]
 
     @classmethod
     def create(cls) -> Marker:
-        fd, path = tempfile.mkstemp(prefix="parallel-steps-worker-", suffix=".marker")
+        fd = os.memfd_create("parallel-steps-marker")
         os.write(fd, cls._FIELDS.pack(0, _IDLE, 0.0))
-        os.close(fd)
-        return cls(path)
+        return cls(fd)
 
     def set(self, index: int, since: float = 0.0) -> None:
         struct.pack_into("q", self._map, 0, self._generation + 1)
@@ -54,6 +54,6 @@ class Marker:
                 return index, since
         return index, since
 
-    def remove(self) -> None:
+    def close(self) -> None:
         self._map.close()
-        os.unlink(self.path)
+        os.close(self.fd)

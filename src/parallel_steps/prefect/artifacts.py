@@ -19,7 +19,8 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from ..config import ParallelRunConfig, public_config
+from ..config import ParallelRunConfig
+from ..environment import public_config
 from ..jobs import run_status
 from ..report import report_markdown
 

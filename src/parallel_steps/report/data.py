@@ -136,7 +136,7 @@ def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str,
     )
 
 
-def _bars(attempts: list[Attempt], max_bars: int) -> tuple[dict[str, list], float | None]:
+def _bars(attempts: list[Attempt], max_bars: int) -> tuple[dict[str, list[Any]], float | None]:
     """The timeline's bars, one per attempt. Past `max_bars`, attempts of the same outcome that run one
     after another on a worker are drawn as one bar spanning at most a width, starting at about a
     pixel of the whole timeline and doubled until the bars fit (or span it all: outcomes that
@@ -153,7 +153,7 @@ def _bars(attempts: list[Attempt], max_bars: int) -> tuple[dict[str, list], floa
             if width > span:
                 break
             width *= 2
-    columns: dict[str, list] = {
+    columns: dict[str, list[Any]] = {
         key: [] for key in ("worker", "start", "end", "outcome", "mini_batch", "attempt", "items", "count", "error")
     }
     for group in groups:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import mask_environment
+from ..environment import mask_environment
 from ..store.ledger import Ledger
 from ..store.logs import RunLogs, WorkerLogPaths
 from ..store.runs import read_summary
@@ -69,7 +69,7 @@ class RunRecords:
     @property
     def span(self) -> float:
         ends = [a.end for a in self.attempts] + [e["t"] for e in self.events]
-        return max([0.0, *ends])
+        return float(max([0.0, *ends]))
 
     def last_attempts(self) -> dict[int, int]:
         """Each mini-batch's last attempt in this invocation: its outcome is the mini-batch's (so far)."""
@@ -211,7 +211,7 @@ def read_samples(path: Path, since: float, origin: float) -> list[dict[str, Any]
     return samples
 
 
-def natural(name: str) -> list:
+def natural(name: str) -> list[int | str]:
     """node2/process010 before node10/process002."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 

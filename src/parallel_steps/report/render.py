@@ -74,18 +74,20 @@ def render_html(data: dict[str, Any]) -> str:
     from markupsafe import Markup
 
     embedded = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")  # no </script> in it
-    return _template().render(
-        s=data["summary"],
-        data=data,
-        data_json=Markup(embedded),
-        bokeh_js=Markup(_bokeh_js()),
-        version=__version__,
-        written_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+    return str(
+        _template().render(
+            s=data["summary"],
+            data=data,
+            data_json=Markup(embedded),
+            bokeh_js=Markup(_bokeh_js()),
+            version=__version__,
+            written_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+        )
     )
 
 
 @functools.cache
-def _template():
+def _template() -> Any:
     import jinja2  # here, not at the top: only a run that writes its report pays for the import
 
     env = jinja2.Environment(

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,7 @@ class RunLogs:
     def perf_dir(self, node_id: str) -> Path:
         return self.root / "perf" / node_id
 
-    def where_to_look(self) -> list[str]:
+    def _where_to_look(self) -> list[str]:
         """The files to open after a failure, for job_result.txt."""
         errors = self.error_dir / "<node>" / "processNNN.txt"
         return [
@@ -139,7 +139,7 @@ class RunLogs:
             if file:
                 file.flush()
 
-    def write_progress(self, text: str, snapshot: dict[str, Any]) -> None:
+    def write_progress(self, text: str, snapshot: Mapping[str, Any]) -> None:
         """The progress overview for people, and the snapshot it is made of for `status` from another process."""
         _write_atomic(self.progress_overview, text)
         _write_atomic(self.progress_snapshot, json.dumps(snapshot, default=str))
@@ -147,12 +147,24 @@ class RunLogs:
     def read_progress(self) -> dict[str, Any]:
         """The latest progress snapshot of a running driver ({} before the first)."""
         try:
-            return json.loads(self.progress_snapshot.read_text(encoding="utf-8"))
+            snapshot: dict[str, Any] = json.loads(self.progress_snapshot.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
+        return snapshot
 
-    def write_result(self, text: str) -> None:
-        _write_atomic(self.job_result, text)
+    def write_result(self, summary: Mapping[str, Any]) -> None:
+        """job_result.txt, as in ParallelRunStep: the status and its reason, then the output, or where to look."""
+        lines = [f"Status: {summary['status']}", f"Reason: {summary['status_reason']}", ""]
+        if summary["status"] == "Succeeded":
+            lines.append(f"Output: {summary['output_file'] or summary['output']}")
+        else:
+            lines += [
+                "Where to look:",
+                *self._where_to_look(),
+                "",
+                "Rerun the same step to resume: finished mini-batches are reused, only the rest run again.",
+            ]
+        _write_atomic(self.job_result, "\n".join(lines) + "\n")
 
     def write_error_summary(self, text: str) -> None:
         _write_atomic(self.error_summary, text)

@@ -221,9 +221,10 @@ def write_ray_job(run_dir: Path, address: str, job_id: str) -> None:
 def read_ray_job(run_dir: Path) -> dict[str, str] | None:
     """`{"address": ..., "submission_id": ...}` of a run whose driver is a Ray job; None for other runs."""
     try:
-        return json.loads((Path(run_dir) / RAY_JOB_FILE).read_text())
+        record: dict[str, str] = json.loads((Path(run_dir) / RAY_JOB_FILE).read_text())
     except (OSError, ValueError):
         return None
+    return record
 
 
 def request_cancel(run_dir: Path, reason: str) -> None:

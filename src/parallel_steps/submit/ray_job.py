@@ -32,7 +32,8 @@ from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 import parallel_steps
 
-from ..config import ParallelRunConfig, resolved_environment
+from ..config import ParallelRunConfig
+from ..environment import resolved_environment
 from ..errors import ConfigError, ParallelStepsError
 from ..inputs.storage import is_url
 from ..jobs import ENVIRONMENT_VARIABLE, RunHandle, prepare, register
