@@ -265,6 +265,11 @@ class ParallelRunConfig(BaseModel):
     run_root: str | None = Field(
         None, description="Folder of run directories; default PARALLEL_STEPS_HOME or ./.parallel_steps."
     )
+    submit_to: Literal["local", "ray_job"] = Field(
+        "local",
+        description="Where the driver runs: local: in the calling process; ray_job: on the Ray cluster as a Ray job "
+        "(needs backend ray; the run root on storage the cluster and the caller share).",
+    )
 
     # Accepted as ParallelRunConfig takes them; no effect here.
     environment: str | None = Field(
@@ -390,6 +395,10 @@ class ParallelRunConfig(BaseModel):
             )
         if self.partition_keys and FileDataset in kinds:
             _check_file_keys(self.partition_keys, self.inputs)
+        if self.submit_to == "ray_job" and self.backend != "ray":
+            raise ConfigError(
+                "submit_to", "'ray_job' runs the driver on a Ray cluster, so it needs backend: ray", "set backend=ray"
+            )
         if self.backend == "ray" and self.retryable_exit_codes:
             raise ConfigError(
                 "retryable_exit_codes",

@@ -1,38 +1,44 @@
 """Job control, like a batch service's job object: submit a run to the background, then find it by id
 or folder and ask its state, wait for it, cancel it, read its logs, list and clean runs.
 
-A run's state comes from `run.json` (written when it is queued, starts and ends) and
-its ledger (committed as mini-batches finish), so a running run reports live counts.
-Cancel is a request file in the run directory that the driver checks, so it works
-from any process that sees the folder. The background process itself is `detached.py`.
+A run's state comes from `run.json` (written when it is queued, starts and ends), its
+progress snapshot and its ledger (committed as mini-batches finish), so a running run
+reports live counts. Cancel is a request file in the run directory that the driver
+checks, so it works from any process that sees the folder. The background process
+itself is `detached.py`: on this machine, or on a Ray cluster as a Ray job
+(`submit_to: ray_job`, submit/ray_job.py), whose state the Jobs API then confirms.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .checks import check_inputs
 from .config import ParallelRunConfig
 from .environment import public_config
-from .errors import InputError, ParallelStepsError
+from .errors import ConfigError, InputError, ParallelStepsError
 from .store.ledger import Ledger
 from .store.logs import RunLogs
 from .store.runs import (
     ACTIVE,
+    CALLABLES_FILE,
     STEP_FILE,
     RunIndex,
     default_run_root,
     driver_alive,
     new_run_id,
+    read_ray_job,
     read_summary,
     request_cancel,
     write_summary,
@@ -67,19 +73,33 @@ def resolve_run(run: str, run_root: str | None = None) -> Path:
 
 
 def submit(
-    config: ParallelRunConfig, run_id: str | None = None, run_dir: str | os.PathLike[str] | None = None
+    config: ParallelRunConfig,
+    run_id: str | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    entry_callables: bytes | None = None,
 ) -> RunHandle:
-    """Start the step in a background process that outlives the caller; returns its handle at once.
+    """Start the step's driver in the background, where `config.submit_to` says: a process on this
+    machine that outlives the caller, or a Ray job on the cluster (`ray_job`: when the run's job is
+    still running, this attaches to it instead); returns its handle at once.
 
     Everything that can be checked is checked here first, so a bad config or a missing
     input raises now instead of failing in the background.
     """
-    check_inputs(config)
+    check_inputs(config, entry_callables)
     run_id = run_id or new_run_id(config.name)
     folder = Path(run_dir).absolute() if run_dir else config.resolved_run_root() / run_id
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / STEP_FILE).write_text(json.dumps(public_config(config)))
-    queued(folder, run_id, config.name, pid=None)
+    if config.submit_to == "ray_job":
+        from .submit.ray_job import submit_or_attach  # Ray is imported only by runs that use it
+
+        try:
+            return submit_or_attach(config, folder, run_id, entry_callables)
+        except ConfigError:  # nothing runs: leave no trace
+            if created:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+    prepare(config, folder, run_id, entry_callables)
     env = {**os.environ, ENVIRONMENT_VARIABLE: json.dumps(config.environment_variables)}
     with open(folder / "driver.log", "ab") as log:
         process = subprocess.Popen(
@@ -90,12 +110,29 @@ def submit(
             env=env,
             start_new_session=True,
         )
+    register(config, folder, run_id, pid=process.pid)
+    return RunHandle(folder)
+
+
+def prepare(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> None:
+    """What a detached driver reads in its run directory: the step (secrets masked), the entry functions
+    (if any) and a queued summary."""
+    (run_dir / STEP_FILE).write_text(json.dumps(public_config(config)))
+    callables = run_dir / CALLABLES_FILE
+    if entry_callables is None:
+        callables.unlink(missing_ok=True)
+    else:
+        callables.write_bytes(entry_callables)
+    queued(run_dir, run_id, config.name, pid=None)
+
+
+def register(config: ParallelRunConfig, run_dir: Path, run_id: str, pid: int | None) -> None:
+    """List a submitted run in the run root's index (`runs`, and run ids for `status`)."""
     index = RunIndex(config.resolved_run_root())
     try:
-        index.register(run_id, config.name, folder, "Queued", pid=process.pid)
+        index.register(run_id, config.name, run_dir, "Queued", pid=pid)
     finally:
         index.close()
-    return RunHandle(folder)
 
 
 def queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
@@ -121,9 +158,14 @@ class RunHandle:
     def summary(self) -> dict[str, Any]:
         return run_status(str(self.run_dir))
 
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the run ends (or `timeout` seconds pass: TimeoutError); returns its summary."""
-        return wait(str(self.run_dir), timeout=timeout)
+    def wait(
+        self,
+        timeout: float | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> dict[str, Any]:
+        """Block until the run ends (or `timeout` seconds pass: TimeoutError); returns its summary (see `wait`)."""
+        return wait(str(self.run_dir), timeout=timeout, on_progress=on_progress, stop=stop)
 
     def cancel(self) -> None:
         cancel(str(self.run_dir))
@@ -147,11 +189,15 @@ def run_status(run: str, run_root: str | None = None, mini_batches: bool = False
         "status_reason": "not started",
         "run_dir": str(run_dir),
     }
-    if summary["status"] in ACTIVE and not driver_alive(summary):
-        summary.update(
-            status="Failed",
-            status_reason="the driver process is gone (killed, or its machine lost); rerun the step to resume it",
-        )
+    if summary["status"] in ACTIVE and (ended := _driver_ended(run_dir, summary)):
+        summary = read_summary(run_dir) or summary  # the driver may have written its end meanwhile
+        if summary["status"] in ACTIVE:
+            summary["status"], summary["status_reason"] = ended
+    if ray_job := read_ray_job(run_dir):
+        summary["ray_job"] = ray_job["submission_id"]
+    if summary["status"] in ACTIVE:
+        progress = RunLogs(run_dir, create=False).read_progress()
+        summary.update({key: value for key, value in progress.items() if key != "status"})
     ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
     if ledger is None:
         return summary
@@ -171,22 +217,84 @@ def run_status(run: str, run_root: str | None = None, mini_batches: bool = False
     return summary
 
 
-def wait(run: str, run_root: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+def _driver_ended(run_dir: Path, summary: dict[str, Any]) -> tuple[str, str] | None:
+    """(status, reason) of a run said to be active whose driver is gone; None while it runs (or where
+    nobody can tell: a local driver on another machine)."""
+    if read_ray_job(run_dir):
+        from .submit.ray_job import job_ended
+
+        return job_ended(run_dir)
+    if not driver_alive(summary):
+        return "Failed", "the driver process is gone (killed, or its machine lost); rerun the step to resume it"
+    return None
+
+
+async def watch(
+    run: str,
+    run_root: str | None = None,
+    interval: float = _POLL_S,
+    on_error: Callable[[ParallelStepsError], None] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """The run's status now and every `interval` seconds, until a final one. The reads run on a worker
+    thread, so the event loop (Airflow's triggerer, a Prefect flow) stays free while a run is followed.
+
+    Args:
+        on_error: called when a status cannot be read (e.g. the Ray cluster is out of reach for a
+            while), and the next poll tries again; without it, the error is raised.
+    """
+    while True:
+        try:
+            summary = await asyncio.to_thread(run_status, run, run_root)
+        except ParallelStepsError as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+        else:
+            yield summary
+            if summary["status"] in TERMINAL:
+                return
+        await asyncio.sleep(interval)
+
+
+def wait(
+    run: str,
+    run_root: str | None = None,
+    timeout: float | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    stop: threading.Event | None = None,
+) -> dict[str, Any]:
+    """Block until the run ends (or `timeout` seconds pass: TimeoutError); returns its summary.
+
+    Args:
+        on_progress: called with the live status of the running run (counts, rate, ETA).
+        stop: when set (a Ctrl-C, an engine's kill), the run is canceled, once.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
+    canceled = False
     while (summary := run_status(run, run_root))["status"] not in TERMINAL:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"run {summary['run_id']} is still {summary['status']} after {timeout:g} s")
+        if on_progress is not None and "mini_batches_done" in summary:
+            on_progress(summary)
+        if stop is not None and stop.is_set() and not canceled:
+            canceled = True
+            cancel(run, run_root, getattr(stop, "reason", "canceled by the user"))
         time.sleep(_POLL_S)
     return summary
 
 
 def cancel(run: str, run_root: str | None = None, reason: str = "canceled by the user") -> dict[str, Any]:
-    """Ask the run's driver to stop (it notices within a second and stops every worker)."""
+    """Ask the run's driver to stop (it notices within a second and stops every worker); a driver that
+    runs as a Ray job is also stopped through the Jobs API (the job ends STOPPED)."""
     run_dir = resolve_run(run, run_root)
     summary = run_status(str(run_dir))
     if summary["status"] in TERMINAL:
         raise ParallelStepsError(f"run {summary['run_id']} already ended: {summary['status']}")
     request_cancel(run_dir, reason)
+    if read_ray_job(run_dir):
+        from .submit.ray_job import stop_job
+
+        stop_job(run_dir)
     return summary
 
 
@@ -245,8 +353,8 @@ def list_runs(run_root: str | None = None, name: str | None = None) -> list[dict
     finally:
         index.close()
     for record in records:
-        if record["status"] in ACTIVE and not driver_alive(record):
-            record["status"] = "Failed"
+        if record["status"] in ACTIVE and (ended := _driver_ended(Path(record["run_dir"]), record)):
+            record["status"] = ended[0]
         record["summary"] = json.loads(record["summary"]) if record["summary"] else {}
     return records
 

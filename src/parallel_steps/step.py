@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .azure.azureml_shim import count_metrics
 from .checks import check_step
@@ -55,7 +55,10 @@ def run_step(
     cancel: threading.Event | None = None,
     entry_callables: bytes | None = None,
 ) -> RunSummary:
-    """Run one parallel step to its end and return the run summary.
+    """Run one parallel step to its end, with the driver in this process, and return the run summary.
+
+    `submit_to` is for the callers that can send the driver elsewhere (`jobs.submit`,
+    `ParallelRunStep`, the CLI and the engines); here the driver always runs in this process.
 
     Args:
         config: the step's configuration.
@@ -122,8 +125,15 @@ class ParallelRunStep:
         self.config = base.with_overrides(**{k: v for k, v in given.items() if v is not None})
 
     def run(self, **overrides: Any) -> RunSummary:
-        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed."""
-        return run_step(self.config.with_overrides(**overrides))
+        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed.
+        With `submit_to: ray_job` the driver runs on the Ray cluster, and this waits for it."""
+        config = self.config.with_overrides(**overrides)
+        if config.submit_to == "ray_job":
+            summary = cast(RunSummary, self.submit(**overrides).wait())
+            if summary["status"] != "Succeeded":
+                raise StepFailed(summary)
+            return summary
+        return run_step(config)
 
     def submit(self, **overrides: Any) -> RunHandle:
         """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""
@@ -164,10 +174,19 @@ class _StepRun:
     # The phases ----------------------------------------------------------------------------
 
     def execute(self) -> RunSummary:
-        index = RunIndex(self.run_root)
         self.run = RunDirectory(
             self.run_root, self.config.name, self.code, self.config.output, self.requested_dir, self.requested_id
         )
+        try:
+            summary = self._execute(RunIndex(self.run_root))
+        finally:
+            self.run.release()
+        if summary["status"] != "Succeeded" and not summary["reused"]:
+            raise StepFailed(summary)
+        return summary
+
+    def _execute(self, index: RunIndex) -> RunSummary:
+        """Plan and run in the locked run directory; what is left of it afterwards."""
         self.run.drop_stale_cancel(self.started_at)
         self.workers = RunWorkers(self.config, self.checked, self.entry_callables, self.run)
         self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
@@ -181,8 +200,6 @@ class _StepRun:
             index.close()
         if summary["reused"]:
             self.run.keep_reused(summary) if self.run.chosen else self.run.discard()
-        elif summary["status"] != "Succeeded":
-            raise StepFailed(summary)
         return summary
 
     def _plan_and_run(self, index: RunIndex) -> RunSummary:

@@ -66,6 +66,7 @@ class RunSummary(TypedDict, total=False):
     config: dict[str, Any]  # the effective configuration, secrets masked
     pid: int
     host: str
+    ray_job: str  # the Ray job that runs the driver (`submit_to: ray_job`; added by `jobs.run_status`)
     # progress snapshots
     mini_batches_done: int
     rate_per_s: float

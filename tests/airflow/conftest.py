@@ -20,6 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
+TEST_DAGS = Path(__file__).resolve().parent / "dags"  # DAGs only tests run: a second bundle, `test-dags`
+_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 AIRFLOW = Path(sys.executable).with_name("airflow")
 
 _HOME = Path(tempfile.mkdtemp(prefix="parallel-steps-airflow-"))
@@ -28,6 +30,12 @@ os.environ.update(
         "AIRFLOW_HOME": str(_HOME),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+            [
+                {"name": "dags-folder", "classpath": _BUNDLE, "kwargs": {}},
+                {"name": "test-dags", "classpath": _BUNDLE, "kwargs": {"path": str(TEST_DAGS)}},
+            ]
+        ),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAG_RUN_CONF_OVERRIDES_PARAMS": "True",
         "PARALLEL_STEPS_HOME": str(_HOME / "parallel_steps"),
@@ -87,21 +95,44 @@ def run_dag(airflow_db, tmp_path):
         args += ["-c", json.dumps(conf)] if conf else []
         result = airflow_cli(*args, env={"PARALLEL_STEPS_HOME": str(tmp_path / "runs")}, timeout=600)
         log = result.stdout + result.stderr
-        with sqlite3.connect(airflow_db) as db:
-            row = db.execute(
-                "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
-            ).fetchone()
-            assert row, f"no dag run of {dag_id}:\n{log[-5000:]}"
-            # SQLite hands JSON numbers back as numbers, everything else as JSON text.
-            xcoms = {
-                (task, index, key): json.loads(value) if isinstance(value, str) else value
-                for task, index, key, value in db.execute(
-                    "SELECT task_id, map_index, key, value FROM xcom WHERE dag_id = ? AND run_id = ?", (dag_id, row[0])
-                )
-            }
-        return DagRun(result.returncode, log, row[0], xcoms)
+        run_id = latest_run_id(airflow_db, dag_id)
+        assert run_id, f"no dag run of {dag_id}:\n{log[-5000:]}"
+        return DagRun(result.returncode, log, run_id, _xcoms(airflow_db, dag_id, run_id))
 
     return run
+
+
+@pytest.fixture
+def run_task(airflow_db, tmp_path):
+    """`run_task(dag_id, task_id)` runs one task again in the DAG's latest run, as a retry or a clear does
+    (`airflow tasks test DAG TASK RUN_ID`), with this test's run root."""
+
+    def run(dag_id: str, task_id: str) -> DagRun:
+        run_id = latest_run_id(airflow_db, dag_id)
+        assert run_id, f"no dag run of {dag_id}"
+        result = airflow_cli(
+            "tasks", "test", dag_id, task_id, run_id, env={"PARALLEL_STEPS_HOME": str(tmp_path / "runs")}, timeout=600
+        )
+        return DagRun(result.returncode, result.stdout + result.stderr, run_id, _xcoms(airflow_db, dag_id, run_id))
+
+    return run
+
+
+def latest_run_id(airflow_db: Path, dag_id: str) -> str | None:
+    with sqlite3.connect(airflow_db) as db:
+        row = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _xcoms(airflow_db: Path, dag_id: str, run_id: str) -> dict[tuple[str, int, str], Any]:
+    # SQLite hands JSON numbers back as numbers, everything else as JSON text.
+    with sqlite3.connect(airflow_db) as db:
+        return {
+            (task, index, key): json.loads(value) if isinstance(value, str) else value
+            for task, index, key, value in db.execute(
+                "SELECT task_id, map_index, key, value FROM xcom WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
+            )
+        }
 
 
 @dataclass

@@ -16,6 +16,12 @@ CASES = {
     "timeout not a number": (["--run-invocation-timeout", "soon"], "run_invocation_timeout:"),
     "bad step name": (["--name", "Score_Digits"], "name: 'Score_Digits' is not a valid step name"),
     "bad backend": (["--backend", "spark"], "backend: 'spark' is not one of"),
+    "bad submit_to": (["--submit-to", "k8s"], "submit_to: 'k8s' is not one of 'local' or 'ray_job'"),
+    "ray job without ray": (["--set", "submit_to=ray_job"], "submit_to: 'ray_job' runs the driver on a Ray cluster"),
+    "ray job without address": (
+        ["--set", "backend=ray", "--set", "submit_to=ray_job"],
+        "ray_address: submit_to: ray_job needs the Ray cluster's address",
+    ),
     "bad logging level": (["--logging-level", "LOUD"], "logging_level:"),
     "bad policy": (["--fault-tolerant-policy", "Sometimes"], "fault_tolerant_policy:"),
     "bad output file": (["--append-row-file-name", "sub/out.txt"], "append_row_file_name:"),

@@ -112,6 +112,24 @@ def test_status_of_a_run_whose_driver_was_killed(tmp_path, slow_step):
     assert alive(worker_pids(tmp_path)) == []
 
 
+def test_a_second_driver_on_a_running_run_stops_at_once_and_changes_nothing(tmp_path, slow_step):
+    run_id, run_dir = detach(slow_step)
+    deadline = time.monotonic() + 60
+    while len(worker_pids(tmp_path)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    second = cli("run", *slow_step, "--run-dir", str(run_dir))
+    assert second.returncode == 2
+    (line,) = second.stderr.splitlines()
+    assert f"{run_dir}: another driver is running this run (pid " in line
+    code, summary = cli_json("wait", run_id, "--timeout", "120")
+    assert (code, summary["status"], summary["mini_batches_succeeded"]) == (0, "Succeeded", 20)
+    assert sorted(Path(summary["output_file"]).read_text().splitlines()) == sorted(map(str, Path("data").iterdir()))
+    assert (run_dir / "logs" / "sys" / "master_role.txt").read_text().count(f"run {run_id} of step") == 1
+    resumed = cli("run", *slow_step, "--run-dir", str(run_dir))  # the driver has ended: the lock is free
+    assert resumed.returncode == 0, resumed.stderr
+
+
 def test_python_submit_handle(slow_step, monkeypatch):
     monkeypatch.setenv("SLEEP", "0.01")
     handle = ParallelRunStep(

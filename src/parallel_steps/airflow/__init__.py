@@ -34,6 +34,7 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "integrations": [{"integration-name": "parallel-steps", "tags": ["software"]}],
         "operators": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.operators"]}],
+        "triggers": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.triggers"]}],
         "task-decorators": [
             {"name": "parallel_run", "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}
         ],

@@ -1,5 +1,7 @@
 """Airflow adapter: `ParallelRunOperator` maps templated fields, DAG params and the task's identity onto
-`run_step`, streams progress into the task log and maps the outcome back to Airflow.
+`run_step`, streams progress into the task log and maps the outcome back to Airflow. With
+`submit_to: ray_job` the driver is a Ray job instead (`jobs.submit`), which the task follows
+itself or, deferrable, through `ParallelRunTrigger` in the triggerer.
 
 It holds no executor logic: scheduling, retries, resume and the file layout belong to the core.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.configuration import conf
 from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
@@ -22,7 +25,8 @@ from airflow.sdk.log import mask_secret
 from ..config import NAME_PATTERN, ParallelRunConfig
 from ..control import Cancel
 from ..environment import public_config, resolved_environment
-from ..errors import ConfigError, InputError, StepFailed
+from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed
+from ..jobs import RunHandle, cancel, run_status, submit
 from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides
 from ..platform import require_linux
 from ..report import key_figures
@@ -67,6 +71,9 @@ class ParallelRunOperator(BaseOperator):
     ``<run_root>/airflow/<dag_id>/<task_id>/<run_id>/<map_index>``, so a task retry resumes it
     and mapped or parallel tasks never share a run directory.
 
+    With ``submit_to="ray_job"`` the driver runs on the Ray cluster as a Ray job; a retry or a
+    cleared task finds the run's job still running and follows it instead of starting another.
+
     Args:
         parallel_run_config: a `ParallelRunConfig` to start from; field keywords override it.
         params_override: which config fields DAG params and trigger conf may override: True
@@ -75,6 +82,9 @@ class ParallelRunOperator(BaseOperator):
             "all" (every field; logged as a warning: whoever may trigger the DAG then chooses
             the code that runs), or False (none: use templates such as "{{ params.x }}"). A
             param whose value is None overrides nothing.
+        deferrable: with ``submit_to="ray_job"``, hand the waiting to the triggerer
+            (`ParallelRunTrigger`) so no worker slot is held while the job runs (default: the
+            ``[operators] default_deferrable`` option). A local driver runs in the worker anyway.
         **kwargs: config fields (below) and `BaseOperator` arguments.
 
     Returns:
@@ -106,6 +116,7 @@ class ParallelRunOperator(BaseOperator):
         *,
         parallel_run_config: ParallelRunConfig | None = None,
         params_override: Allowed = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         fields = {f: kwargs.pop(f, None) for f in FIELDS}
@@ -117,9 +128,11 @@ class ParallelRunOperator(BaseOperator):
         self.parallel_run_config = parallel_run_config
         allowed_fields(params_override)  # unknown field names fail at parse time
         self.params_override = params_override
+        self.deferrable = deferrable
         for field, value in fields.items():
             setattr(self, attribute(field), value)
         self._cancel: Cancel | None = None
+        self._job: RunHandle | None = None  # the run, when its driver is a Ray job this task submitted or found
         self._check_static()
 
     # Configuration ----------------------------------------------------------------------------
@@ -182,13 +195,17 @@ class ParallelRunOperator(BaseOperator):
             raise AirflowFailException(f"invalid configuration: {exc}") from None
         run_dir, run_id = run_location(config, context)
         self.log.info("parallel step %s: run directory %s", config.name, run_dir)
+        if config.submit_to == "ray_job":
+            return self._execute_ray_job(config, run_dir, run_id, context)
+        if self.deferrable:
+            self.log.info("deferrable: the driver runs in this task (submit_to: local), so the task does not defer")
         try:
             summary = run_step(
                 config,
                 run_dir=run_dir,
                 run_id=run_id,
                 cancel=self._cancel,
-                on_progress=_ProgressLog(self.log, self.progress_log_interval),
+                on_progress=ProgressLog(self.log, self.progress_log_interval),
                 on_event=_EventLog(self.log),
                 entry_callables=self.entry_callables(),
             )
@@ -201,14 +218,57 @@ class ParallelRunOperator(BaseOperator):
         self._log_result(summary)
         return summary
 
+    def _execute_ray_job(
+        self, config: ParallelRunConfig, run_dir: Path, run_id: str, context: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Submit the driver as a Ray job (or follow the run's job, still running after a retry or a
+        clear), then defer to the triggerer, or wait here."""
+        try:
+            self._job = submit(config, run_id=run_id, run_dir=run_dir, entry_callables=self.entry_callables())
+        except ConfigError as exc:
+            raise AirflowFailException(f"invalid configuration: {exc}") from None
+        except InputError as exc:
+            raise AirflowException(f"input problem: {exc}") from None
+        self.log.info("parallel step %s: the driver runs as Ray job %s", config.name, self._job.summary()["ray_job"])
+        if self.deferrable:
+            from .triggers import ParallelRunTrigger
+
+            trigger = ParallelRunTrigger(str(run_dir), progress_log_interval=self.progress_log_interval)
+            self.defer(trigger=trigger, method_name="execute_complete")
+        summary = self._job.wait(on_progress=ProgressLog(self.log, self.progress_log_interval))
+        return self._result(summary, context)
+
+    def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after `ParallelRunTrigger` fired: the run's summary (XCom), or the task fails with its reason.
+
+        Without an event (the deferred task was run again before its trigger fired, e.g. after the
+        process running the trigger was killed), the task starts over: it attaches to the run's job.
+        """
+        if event is None:
+            return self.execute(context)
+        return self._result(run_status(event["run_dir"]), context)
+
+    def _result(self, summary: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+        if summary["status"] != "Succeeded":
+            raise AirflowException(self._failure(summary, context))
+        self._log_result(summary)
+        return summary
+
     def entry_callables(self) -> bytes | None:
         """Cloudpickled init/run/shutdown replacing `entry_script`; None runs the script."""
         return None
 
     def on_kill(self) -> None:
-        """Stop the step: the driver sees the flag within a second and stops every worker."""
-        if self._cancel is not None:
-            self._cancel.cancel(f"task {self.task_id} was killed (on_kill)")
+        """Stop the step: the driver sees the flag (or, in a Ray job, the cancel request and the job's
+        stop) within a second and stops every worker."""
+        reason = f"task {self.task_id} was killed (on_kill)"
+        if self._job is not None:
+            try:
+                cancel(str(self._job.run_dir), reason=reason)
+            except ParallelStepsError as exc:  # it ended meanwhile, or the cluster is out of reach
+                self.log.warning("the run was not canceled: %s", exc)
+        elif self._cancel is not None:
+            self._cancel.cancel(reason)
 
     def _log_result(self, summary: dict[str, Any]) -> None:
         how = "reused an earlier run" if summary.get("reused") else summary["status_reason"]
@@ -297,7 +357,7 @@ def _deferred(value: Any) -> bool:
     return False
 
 
-class _ProgressLog:
+class ProgressLog:
     """Writes the driver's progress snapshots to the task log, at most one line per interval."""
 
     def __init__(self, log, interval: float):

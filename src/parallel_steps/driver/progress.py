@@ -45,7 +45,8 @@ class Reporter:
             f"{snapshot['mini_batches_reused']} reused).\n"
             f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed; "
             f"{snapshot['attempts_retried']} attempts retried.\n"
-            f"Rate {snapshot['rate_per_s']:g} mini-batches/s; ETA {eta}.\n"
+            f"Rate {snapshot['rate_per_s']:g} mini-batches/s; ETA {eta}.\n",
+            snapshot,
         )
         if self.on_progress:
             try:

@@ -3,11 +3,15 @@ or a local Ray started for the run (and stopped after it)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -33,8 +37,14 @@ class RayConnection:
             return
         quiet: dict[str, Any] = dict(logging_level=logging.WARNING, log_to_driver=False)
         self._saved_auth_mode = os.environ.get("RAY_AUTH_MODE")
+        with _own_sigterm_handler():
+            self._init(quiet)
+        self.owned = True
+        self.started_local = not self.address
+
+    def _init(self, quiet: dict[str, Any]) -> None:
         if self.address:
-            _check_reachable(self.address)
+            check_reachable(self.address)
             try:
                 ray.init(address=self.address, **quiet)
             except Exception as exc:  # Ray raises ConnectionError, RuntimeError, its own errors
@@ -47,8 +57,6 @@ class RayConnection:
         else:
             # "local" never attaches to a cluster someone else started on this machine.
             ray.init(address="local", num_gpus=self.gpus, include_dashboard=False, **quiet)
-        self.owned = True
-        self.started_local = not self.address
 
     def close(self) -> None:
         if self.owned:
@@ -59,7 +67,19 @@ class RayConnection:
                 os.environ["RAY_AUTH_MODE"] = self._saved_auth_mode
 
 
-def _check_reachable(address: str) -> None:
+@contextlib.contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """Keep the caller's own SIGTERM handler: `ray.init` replaces it with `sys.exit`, which would end a
+    driver (a detached run, a Ray job that Ray stops, `parallel-steps node`) without canceling its run."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+
+
+def check_reachable(address: str) -> None:
     """Fail fast on a `host:port` nothing listens on: Ray itself keeps retrying for minutes."""
     match = re.fullmatch(r"([\w.\-]+):(\d+)", address)
     if not match:

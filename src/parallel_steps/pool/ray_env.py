@@ -19,6 +19,21 @@ def agree_on_token_auth() -> None:
     """
     if "RAY_AUTH_MODE" in os.environ:
         return
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
+    if os.environ.get("RAY_AUTH_TOKEN") or _token_file().is_file():
         os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def auth_headers() -> dict[str, str]:
+    """The Jobs API's Authorization header when RAY_AUTH_MODE=token, from the token Ray would read.
+
+    Ray reads the mode once per process, so a process that has run a local Ray (auth disabled)
+    would send no token to a token-protected cluster afterwards; given explicitly, it always does.
+    """
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        return {}
+    token = os.environ.get("RAY_AUTH_TOKEN") or (_token_file().read_text() if _token_file().is_file() else "")
+    return {"Authorization": f"Bearer {token.strip()}"} if token.strip() else {}
+
+
+def _token_file() -> Path:
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")

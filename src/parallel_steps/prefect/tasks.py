@@ -8,10 +8,15 @@ run's result or failure.
     task thread:  parameters -> config -> start step thread -> loop: relay progress,
                   poll flow run state -> cancel -> join -> summary / ParallelRunFailed
     step thread:  run_step(config, run_dir, on_progress, on_event, cancel) -> queue
+
+With `submit_to: ray_job` the driver is a Ray job (`jobs.submit`) and no step thread
+runs here: the task follows the run with async polls of its status and of the flow
+run's state, cancelling the job when the flow run is cancelled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -21,14 +26,17 @@ from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import State
 from prefect.context import TaskRunContext
 from prefect.states import Cancelled
+from prefect.utilities.asyncutils import run_coro_as_sync
 
 from prefect import get_run_logger, task
 
 from ..config import ParallelRunConfig
 from ..control import Cancel
 from ..errors import ParallelStepsError, StepFailed
+from ..jobs import RunHandle, cancel, submit, watch
 from ..platform import require_linux
 from ..step import run_step
 from .artifacts import Progress, publish_summary
@@ -96,7 +104,10 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
     logger.info("step %s: run directory %s", config.name, run_dir)
     progress = Progress(config.name, logger)
     try:
-        summary = _run_watched(config, run_dir, progress, logger)
+        if config.submit_to == "ray_job":
+            summary = _follow_ray_job(config, run_dir, progress, logger)
+        else:
+            summary = _run_watched(config, run_dir, progress, logger)
     except StepFailed as failed:
         progress.finish(failed.summary)
         publish_summary(failed.summary)
@@ -143,6 +154,54 @@ def _run_watched(
         raise
     _relay(messages, progress)
     return step.result()
+
+
+def _follow_ray_job(
+    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter | logging.Logger
+) -> dict[str, Any]:
+    """Submit the driver as a Ray job (a retry of the task run finds the run's job still running and
+    follows it), then follow the run. A cancelled flow run cancels the job; an interrupted task run
+    (a worker restarting) leaves it running for the retry."""
+    job = submit(config, run_id=run_dir.name, run_dir=run_dir)
+    logger.info("step %s: the driver runs as Ray job %s", config.name, job.summary().get("ray_job"))
+    flow_run_id = TaskRunContext.get().task_run.flow_run_id
+    try:
+        summary = run_coro_as_sync(_follow(job, flow_run_id, progress, logger))
+    except BaseException:
+        with _FlowRunWatch(flow_run_id, logger) as flow_run:
+            if reason := flow_run.cancel_reason():
+                cancel(str(job.run_dir), reason=reason)
+        raise
+    if summary["status"] != "Succeeded":
+        raise StepFailed(summary)
+    return summary
+
+
+async def _follow(
+    job: RunHandle, flow_run_id: UUID | None, progress: Progress, logger: logging.LoggerAdapter | logging.Logger
+) -> dict[str, Any]:
+    """The run's status every poll, relayed as progress, until it ends; the flow run's state is read
+    with it, and a cancelled flow run cancels the run once."""
+    summary: dict[str, Any] = {}
+    shown, canceled = None, False
+    on_error = lambda exc: logger.warning("the run's status cannot be read now (%s); trying again", exc)  # noqa: E731
+    async with get_client() as client:
+        async for summary in watch(str(job.run_dir), interval=_CANCEL_POLL_S, on_error=on_error):
+            if "mini_batches_done" in summary and summary.get("elapsed_s") != shown:  # a new snapshot
+                shown = summary.get("elapsed_s")
+                progress.update(summary)
+            if canceled or flow_run_id is None:
+                continue
+            try:
+                reason = _cancel_reason((await client.read_flow_run(flow_run_id)).state)
+            except Exception as exc:  # an unreachable API must not stop the step; the next poll retries
+                logger.debug("could not read the flow run state: %s", exc)
+                continue
+            if reason:
+                logger.warning("step %s: %s; canceling its Ray job", job.run_dir.name, reason)
+                await asyncio.to_thread(cancel, str(job.run_dir), None, reason)
+                canceled = True
+    return summary
 
 
 class _StepThread(threading.Thread):
@@ -218,6 +277,11 @@ class _FlowRunWatch:
         except Exception as exc:  # an unreachable API must not stop the step; the next poll retries
             self.logger.debug("could not read the flow run state: %s", exc)
             return None
-        if state and (state.is_cancelling() or state.is_cancelled()):
-            return f"the Prefect flow run was cancelled ({state.name})"
-        return None
+        return _cancel_reason(state)
+
+
+def _cancel_reason(state: State | None) -> str | None:
+    """Why the step must stop, when the flow run's state says it is cancelled."""
+    if state and (state.is_cancelling() or state.is_cancelled()):
+        return f"the Prefect flow run was cancelled ({state.name})"
+    return None

@@ -62,6 +62,7 @@ class RunLogs:
         self.root = self.run_dir / "logs"
         self.master_role = self.root / "sys" / "master_role.txt"
         self.progress_overview = self.root / "job_progress_overview.txt"
+        self.progress_snapshot = self.root / "sys" / "job_report" / "progress.json"  # the same, for readers
         self.job_result = self.root / "job_result.txt"
         self.processed = self.root / "sys" / "job_report" / "processed_mini-batches.csv"
         self.events = self.root / "sys" / "events.jsonl"
@@ -138,8 +139,18 @@ class RunLogs:
             if file:
                 file.flush()
 
-    def write_progress(self, text: str) -> None:
+    def write_progress(self, text: str, snapshot: Mapping[str, Any]) -> None:
+        """The progress overview for people, and the snapshot it is made of for `status` from another process."""
         _write_atomic(self.progress_overview, text)
+        _write_atomic(self.progress_snapshot, json.dumps(snapshot, default=str))
+
+    def read_progress(self) -> dict[str, Any]:
+        """The latest progress snapshot of a running driver ({} before the first)."""
+        try:
+            snapshot: dict[str, Any] = json.loads(self.progress_snapshot.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return snapshot
 
     def write_result(self, summary: Mapping[str, Any]) -> None:
         """job_result.txt, as in ParallelRunStep: the status and its reason, then the output, or where to look."""

@@ -6,7 +6,10 @@
               logs/           the ParallelRunStep log layout (store/logs.py)
               output/         the output file, unless `output` names another folder or a URL
               step.json       the configuration of a detached run (jobs.py)
+              entry_callables.pkl  a detached run's init/run/shutdown functions (jobs.py)
+              ray_job.json    the Ray job that runs the driver of a `submit_to: ray_job` run
               cancel.requested  written by `parallel-steps cancel`
+              driver.lock     locked by the run's one driver while it runs (who: pid, host, since)
 
 A rerun in the same directory with the same code key resumes it; with another key it
 starts afresh there. A user error found before anything ran removes what this run made.
@@ -24,7 +27,7 @@ from ..inputs.storage import is_url
 from .ledger import Ledger
 from .logs import RunLogs
 from .output import link_or_copy
-from .runs import CANCEL_FILE, STEP_FILE, new_run_id, write_summary
+from .runs import CANCEL_FILE, STEP_FILE, hold_driver_lock, new_run_id, write_summary
 
 
 class RunDirectory:
@@ -43,6 +46,7 @@ class RunDirectory:
         self.chosen = requested_dir is not None  # a folder the caller chose (a task instance's) is kept
         self.created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
+        self._driver_lock = hold_driver_lock(self.path)  # before anything here is read or changed
         self.parts = self.path / "parts"
         self.parts.mkdir(exist_ok=True)
         self.output_url = output if output and is_url(output) else None  # staged here, then uploaded
@@ -57,6 +61,10 @@ class RunDirectory:
             self.parts.mkdir()
         self.ledger.set(run_id=self.run_id, code_key=code)
         self.logs = RunLogs(self.path)
+
+    def release(self) -> None:
+        """Let another driver run this run (a rerun, a resume)."""
+        self._driver_lock.close()
 
     def make_output_dir(self) -> None:
         self.created_output = not self.output_dir.exists()

@@ -16,13 +16,16 @@ import sqlite3
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from ..errors import ParallelStepsError
+from ..errors import InputError, ParallelStepsError
 
 ACTIVE = ("Queued", "Running")
 CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
 STEP_FILE = "step.json"  # in a run directory: the configuration of a detached run
+CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
+RAY_JOB_FILE = "ray_job.json"  # in a run directory: the Ray job that runs its driver (submit/ray_job.py)
+DRIVER_LOCK = "driver.lock"  # in a run directory: held by the one driver running it (`hold_driver_lock`)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -172,6 +175,29 @@ def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
             fcntl.flock(file, fcntl.LOCK_UN)
 
 
+def hold_driver_lock(run_dir: Path) -> IO[str]:
+    """Take the lock of the run's one driver, or fail at once naming its holder; closing the file releases it.
+
+    An flock on a file in the run directory: a killed driver releases it with its process, and
+    on a shared file system that locks across clients (NFSv4, CephFS, Lustre mounted with
+    flock) a driver on another machine (a Ray job, a worker's retry) holds it too.
+    """
+    file = open(Path(run_dir) / DRIVER_LOCK, "a+")  # held open as long as the driver runs
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        holder = file.read().strip() or "another process"
+        file.close()
+        raise InputError(
+            str(run_dir), f"another driver is running this run ({holder}); follow it with status or wait, or cancel it"
+        ) from None
+    file.truncate(0)
+    file.write(f"pid {os.getpid()} on {os.uname().nodename} since {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+    file.flush()
+    return file
+
+
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     try:
         summary: dict[str, Any] = json.loads((Path(run_dir) / "run.json").read_text())
@@ -185,6 +211,20 @@ def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     tmp = path.with_name(".run.json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, default=str))
     os.replace(tmp, path)
+
+
+def write_ray_job(run_dir: Path, address: str, job_id: str) -> None:
+    """Name the Ray job that runs the run's driver (and the Jobs API address that knows it)."""
+    (Path(run_dir) / RAY_JOB_FILE).write_text(json.dumps(dict(address=address, submission_id=job_id)))
+
+
+def read_ray_job(run_dir: Path) -> dict[str, str] | None:
+    """`{"address": ..., "submission_id": ...}` of a run whose driver is a Ray job; None for other runs."""
+    try:
+        record: dict[str, str] = json.loads((Path(run_dir) / RAY_JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record
 
 
 def request_cancel(run_dir: Path, reason: str) -> None:

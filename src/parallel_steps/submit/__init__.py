@@ -1,0 +1,1 @@
+"""Where a run's driver can be sent besides this machine (`submit_to`): `ray_job.py`, a Ray job on a cluster."""

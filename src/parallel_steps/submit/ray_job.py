@@ -1,0 +1,237 @@
+"""`submit_to: ray_job`: the run's driver runs on the Ray cluster as a Ray job (Ray's Jobs API).
+
+    caller (CLI, Airflow worker or triggerer, Prefect)      Ray head node
+    submit_or_attach -> run dir: step.json, ray_job.json    job <base>-<attempt>:
+                     -> Jobs API: submit_job                    python -m parallel_steps.detached RUN_DIR RUN_ID
+    status, wait, logs -> the run directory                     writes run.json, the ledger, logs, the output
+    job_ended, stop_job -> Jobs API                             its workers: Ray actors across the cluster
+
+The job ships the project (`py_modules`) and the step's code folder (`working_dir`: the
+source directory, else the entry script's folder); the run directory must be on storage
+the caller and every node mount at the same path (the driver writes it, the caller reads it).
+
+A run has at most one job pending or running, whose id is derived from the run
+(`parallel-steps-<run id>-<hash of the run directory>-<attempt>`): a caller finding it
+attaches to it, the next attempt is submitted only after the cluster reports the last one
+ended, and the cluster refuses a second job with an id it knows, so two callers starting
+the same attempt end up following one job.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shlex
+import time
+from pathlib import Path
+
+from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
+
+import parallel_steps
+
+from ..config import ParallelRunConfig
+from ..environment import resolved_environment
+from ..errors import ConfigError, ParallelStepsError
+from ..inputs.storage import is_url
+from ..jobs import ENVIRONMENT_VARIABLE, RunHandle, prepare, register
+from ..pool.ray_connect import check_reachable
+from ..pool.ray_env import auth_headers
+from ..store.runs import RAY_JOB_FILE, read_ray_job, read_summary, write_ray_job
+from ..summary import TERMINAL
+
+_ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
+_EXIT_S = 120.0  # how long a driver that has ended its run may take to exit before another may start
+_POLL_S = 0.5
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_NOT_SHIPPED = [".git", "__pycache__", ".venv", ".venvs", ".parallel_steps"]
+_AUTH_HINT = (
+    "give the head's host:port or the dashboard's http://host:8265; a token-protected cluster also needs "
+    "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN"
+)
+
+
+def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> RunHandle:
+    """Follow the run's Ray job when one is pending or running, else submit its next attempt."""
+    address = _address(config)
+    client = _client(address)
+    base = _job_base(run_dir, run_id)
+    latest = _latest_job(client, base)
+    if latest is not None and latest.status in _ACTIVE:
+        if (read_summary(run_dir) or {}).get("status") not in TERMINAL:
+            write_ray_job(run_dir, address, latest.submission_id)
+            return RunHandle(run_dir)
+        _wait_for_end(client, latest.submission_id)  # its driver has ended the run and is exiting
+    job_id = f"{base}-{_attempt(latest.submission_id, base) + 1 if latest else 1}"
+    environment = {ENVIRONMENT_VARIABLE: json.dumps(resolved_environment(config))}
+    prepare(_as_the_job_sees_it(config), run_dir, run_id, entry_callables)
+    write_ray_job(run_dir, address, job_id)
+    try:
+        client.submit_job(
+            entrypoint=" ".join(["python -m parallel_steps.detached", shlex.quote(str(run_dir)), shlex.quote(run_id)]),
+            submission_id=job_id,
+            runtime_env=_runtime_env(config, run_dir, environment),
+            metadata={"parallel_steps_step": config.name, "parallel_steps_run_dir": str(run_dir)},
+        )
+    except Exception as exc:
+        if _status(client, job_id) in _ACTIVE:  # another caller submitted this attempt first: follow it
+            return RunHandle(run_dir)
+        (run_dir / RAY_JOB_FILE).unlink(missing_ok=True)
+        raise ConfigError(
+            "submit_to", f"the Ray cluster at {address} refused the job: {_last_line(str(exc), exc)}"
+        ) from None
+    register(config, run_dir, run_id, pid=None)
+    return RunHandle(run_dir)
+
+
+def job_ended(run_dir: Path) -> tuple[str, str] | None:
+    """(status, reason) when the run's Ray job has ended; None while it is pending or running."""
+    address, job_id = _read_record(run_dir)
+    client = _client(address)
+    status = _status(client, job_id)
+    again = "; rerun the step to resume it"
+    if status is None:
+        return (
+            "Failed",
+            f"the Ray job {job_id} of the driver is unknown to the cluster at {address} (restarted?){again}",
+        )
+    if status in _ACTIVE:
+        return None
+    if status == JobStatus.STOPPED:
+        return "Canceled", f"the Ray job {job_id} of the driver was stopped before the driver finished{again}"
+    message = client.get_job_info(job_id).message or ""
+    return "Failed", f"the Ray job {job_id} of the driver ended {status.value}: {_last_line(message)}{again}"
+
+
+def stop_job(run_dir: Path) -> None:
+    """Stop the run's Ray job: Ray sends the driver SIGTERM (it stops its workers), then SIGKILL after
+    RAY_JOB_STOP_WAIT_TIME_S (set on the head node; Ray's default is 3 s)."""
+    address, job_id = _read_record(run_dir)
+    client = _client(address)
+    if _status(client, job_id) in _ACTIVE:
+        client.stop_job(job_id)
+
+
+# The job ---------------------------------------------------------------------------------------
+
+
+def _as_the_job_sees_it(config: ParallelRunConfig) -> ParallelRunConfig:
+    """The config the job's driver runs: its code in the job's working directory (where the runtime env
+    unpacks it), paths absolute (the job does not start in the caller's folder), the cluster it runs in."""
+    code = _code_folder(config)
+    job = dict(
+        ray_address=None,
+        inputs=[
+            dataset.model_copy(update=dict(path=[_absolute(p) for p in dataset.path])) for dataset in config.inputs
+        ],
+        side_inputs={name: _absolute(path) for name, path in config.side_inputs.items()},
+        output=_absolute(config.output) if config.output else None,
+        run_root=str(config.resolved_run_root()),
+    )
+    if config.source_directory:
+        job["source_directory"] = "."
+    if config.entry_script:
+        script = Path(config.source_directory or ".", config.entry_script).absolute()
+        job["entry_script"] = os.path.relpath(script, code)
+    return config.with_overrides(**job)
+
+
+def _runtime_env(config: ParallelRunConfig, run_dir: Path, environment: dict[str, str]) -> dict:
+    """The project as a py_module (the job runs the caller's version), the step's code folder as the
+    working directory, and the workers' environment variables (see `job_ended` for what Ray shows)."""
+    runtime_env: dict = {
+        "py_modules": [os.path.dirname(parallel_steps.__file__)],
+        "env_vars": environment,
+    }
+    code = _code_folder(config)
+    if code is not None:
+        leave_out = [config.resolved_run_root(), run_dir] + ([Path(config.output)] if config.output else [])
+        runtime_env["working_dir"] = str(code)
+        runtime_env["excludes"] = _NOT_SHIPPED + [
+            "/" + os.path.relpath(path.absolute(), code) for path in leave_out if path.absolute().is_relative_to(code)
+        ]
+    return runtime_env
+
+
+def _code_folder(config: ParallelRunConfig) -> Path | None:
+    """The folder shipped as the job's working directory: the source directory, else the entry
+    script's folder (None for cloudpickled functions, which the run directory holds)."""
+    if config.source_directory:
+        return Path(config.source_directory).absolute()
+    return Path(config.entry_script).absolute().parent if config.entry_script else None
+
+
+def _absolute(path: str) -> str:
+    return path if is_url(path) else os.path.abspath(path)
+
+
+# The Jobs API ----------------------------------------------------------------------------------
+
+
+def _address(config: ParallelRunConfig) -> str:
+    address = config.ray_address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise ConfigError(
+            "ray_address",
+            "submit_to: ray_job needs the Ray cluster's address",
+            "set ray_address (the head's host:port, or http://head:8265) or RAY_ADDRESS",
+        )
+    return address
+
+
+@functools.cache
+def _client(address: str) -> JobSubmissionClient:
+    """A Jobs API client (one per address and process: making one asks the cluster for its version)."""
+    if "://" not in address:
+        check_reachable(address)  # Ray itself would retry a dead GCS address for minutes
+    try:
+        return JobSubmissionClient(address, headers=auth_headers())
+    except Exception as exc:  # ConnectionError, Ray's AuthenticationError, RuntimeError, ValueError
+        raise ConfigError(
+            "ray_address", f"cannot use the Ray Jobs API at {address}: {_last_line(str(exc), exc)}", _AUTH_HINT
+        ) from None
+
+
+def _job_base(run_dir: Path, run_id: str) -> str:
+    """The run's job id without the attempt: readable (the run id) and unique (the run directory)."""
+    digest = hashlib.sha256(str(run_dir.absolute()).encode()).hexdigest()[:8]
+    return f"parallel-steps-{_UNSAFE.sub('_', run_id)[:120]}-{digest}"
+
+
+def _attempt(job_id: str | None, base: str) -> int:
+    """The attempt number of one of the run's jobs; 0 for another job."""
+    suffix = (job_id or "").removeprefix(base + "-")
+    return int(suffix) if suffix != job_id and suffix.isdigit() else 0
+
+
+def _latest_job(client: JobSubmissionClient, base: str) -> JobDetails | None:
+    jobs = [job for job in client.list_jobs() if _attempt(job.submission_id, base)]
+    return max(jobs, key=lambda job: _attempt(job.submission_id, base), default=None)
+
+
+def _wait_for_end(client: JobSubmissionClient, job_id: str) -> None:
+    deadline = time.monotonic() + _EXIT_S
+    while _status(client, job_id) in _ACTIVE:
+        if time.monotonic() > deadline:
+            raise ParallelStepsError(f"the Ray job {job_id} of the run's last driver has not ended after {_EXIT_S:g} s")
+        time.sleep(_POLL_S)
+
+
+def _status(client: JobSubmissionClient, job_id: str) -> JobStatus | None:
+    """The job's status; None when the cluster does not know the job."""
+    try:
+        return client.get_job_status(job_id)
+    except RuntimeError:  # Ray answers an unknown job with HTTP 404, raised as RuntimeError
+        return None
+
+
+def _read_record(run_dir: Path) -> tuple[str, str]:
+    record = read_ray_job(run_dir) or {}
+    return record["address"], record["submission_id"]
+
+
+def _last_line(text: str, exc: Exception | None = None) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else (type(exc).__name__ if exc else "no message")

@@ -1,0 +1,117 @@
+"""`parallel_run(..., submit_to="ray_job")`: the step's driver runs on a Ray cluster (started with
+`ray start --head`) as a Ray job, which the task follows; a cancelled flow run stops the job.
+
+The entry script holds every run() at a gate (a file the test creates), so the job is provably
+running while the test cancels the flow run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.context import FlowRunContext
+from prefect.states import Cancelling
+from prefect_helpers import task_states, wait_for
+
+from parallel_steps.prefect import parallel_run
+from prefect import flow
+from ray_head import jobs_client, ray_head
+
+GATED = """
+import os, time
+from pathlib import Path
+
+def run(mini_batch):
+    Path(os.environ["STARTED"], str(os.getpid())).touch()
+    while not os.path.exists(os.environ["GATE"]):
+        time.sleep(0.05)
+    return [os.path.basename(p) for p in mini_batch]
+"""
+NAMES = [f"f{i}.txt" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
+        for name, value in head["env"].items():
+            patch.setenv(name, value)  # this process is a Jobs API client
+        patch.delenv("RAY_ADDRESS", raising=False)
+        yield head
+
+
+@pytest.fixture
+def fields(tmp_path: Path, cluster: dict) -> dict:
+    """A gated step on 6 files in 3 mini-batches, run by a Ray job on the cluster."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "score.py").write_text(GATED)
+    (tmp_path / "data").mkdir()
+    for name in NAMES:
+        (tmp_path / "data" / name).write_text(name)
+    (tmp_path / "started").mkdir()
+    return dict(
+        name="gated",
+        entry_script=str(tmp_path / "code" / "score.py"),
+        inputs=str(tmp_path / "data"),
+        mini_batch_size=2,
+        process_count_per_node=2,
+        run_invocation_timeout=600,
+        allow_reuse=False,
+        environment_variables={"GATE": str(tmp_path / "gate"), "STARTED": str(tmp_path / "started")},
+        backend="ray",
+        submit_to="ray_job",
+        ray_address=cluster["dashboard"],
+    )
+
+
+def job_status(cluster: dict, job_id: str) -> str:
+    """The Ray job's status once it has ended (a driver exits a moment after it wrote the run's end)."""
+    client = jobs_client(cluster)
+
+    def ended() -> str | None:
+        status = client.get_job_status(job_id).value
+        return None if status in ("PENDING", "RUNNING") else status
+
+    return wait_for(ended, 60, f"the Ray job {job_id} to end")
+
+
+def test_a_flow_runs_its_step_as_a_ray_job(fields, cluster, tmp_path):
+    (tmp_path / "gate").touch()
+
+    @flow
+    def score():
+        return parallel_run(**fields)
+
+    summary = score()
+    assert (summary["status"], summary["items_succeeded"], summary["mini_batches_total"]) == ("Succeeded", 6, 3)
+    assert summary["config"]["submit_to"] == "ray_job"
+    assert Path(summary["output_file"]).read_text().splitlines() == NAMES
+    assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
+
+
+def test_cancelling_the_flow_run_stops_the_ray_job(fields, cluster, tmp_path):
+    ids, outcome = {}, {}
+
+    @flow
+    def score():
+        ids["flow_run"] = FlowRunContext.get().flow_run.id
+        return parallel_run(**fields)
+
+    runner = threading.Thread(target=lambda: outcome.setdefault("state", score(return_state=True)))
+    runner.start()
+    wait_for(lambda: len(list((tmp_path / "started").iterdir())) == 2, 180, "both workers to start run()")
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(ids["flow_run"], Cancelling(message="test cancels"), force=True)
+    runner.join(timeout=300)
+    assert not runner.is_alive()
+    (run_dir,) = (tmp_path / "runs").glob("gated-*")
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["status"] == "Canceled"
+    assert "flow run was cancelled" in summary["status_reason"]
+    assert summary["mini_batches_succeeded"] == 0
+    ray_job = json.loads((run_dir / "ray_job.json").read_text())["submission_id"]
+    assert job_status(cluster, ray_job) == "STOPPED"
+    assert task_states(ids["flow_run"]) == {"gated": "Cancelled"}

@@ -1,0 +1,186 @@
+"""`submit_to: ray_job`: the driver runs on a Ray cluster (started with `ray start --head`) as a Ray job,
+followed and canceled from another shell with the CLI, and through the Python handle; a second submit of
+the same run attaches to its running job.
+
+The entry script holds every run() at a gate (a file the test creates), so a run is provably still
+running while the test looks at it from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from support import CLI, environ
+
+from parallel_steps import ParallelRunConfig
+from parallel_steps.jobs import submit
+from ray_head import jobs_client, ray_head
+
+SECRET = "hush-7f3a"
+GATED = """
+import os, time
+from pathlib import Path
+
+def run(mini_batch):
+    Path(os.environ["STARTED"], str(os.getpid())).touch()
+    while not os.path.exists(os.environ["GATE"]):
+        time.sleep(0.05)
+    return [f"{os.path.basename(p)} {os.environ['SECRET']}" for p in mini_batch]
+"""
+NAMES = [f"f{i}.txt" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
+        for name, value in head["env"].items():
+            patch.setenv(name, value)  # this process is a Jobs API client too
+        patch.delenv("RAY_ADDRESS", raising=False)
+        yield head
+
+
+@pytest.fixture
+def step(tmp_path: Path) -> Path:
+    """A step file: 6 files in 3 mini-batches on 2 workers, the script in its own code folder."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "score.py").write_text(GATED)
+    (tmp_path / "data").mkdir()
+    for name in NAMES:
+        (tmp_path / "data" / name).write_text(name)
+    (tmp_path / "started").mkdir()
+    environment = dict(SECRET=SECRET, GATE=str(tmp_path / "gate"), STARTED=str(tmp_path / "started"))
+    lines = [
+        "name: gated",
+        "entry_script: code/score.py",
+        "inputs: [data]",
+        "mini_batch_size: 2",
+        "process_count_per_node: 2",
+        "run_root: runs",
+        "run_invocation_timeout: 600",
+        "allow_reuse: false",
+        f"environment_variables: {json.dumps(environment)}",
+    ]
+    (tmp_path / "step.yaml").write_text("\n".join(lines) + "\n")
+    return tmp_path / "step.yaml"
+
+
+def cli(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], cwd=cwd, env=environ(**env), capture_output=True, text=True, timeout=300)
+
+
+def detach(step: Path, cluster: dict) -> tuple[str, Path]:
+    ray_job = ["--set", "backend=ray", "--set", "submit_to=ray_job", "--set", f"ray_address={cluster['address']}"]
+    done = cli(step.parent, "run", str(step), *ray_job, "--detach", env=cluster["env"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_id, run_dir = done.stdout.split()
+    return run_id, Path(run_dir)
+
+
+def started_workers(tmp_path: Path, count: int = 2) -> list[int]:
+    """The pids of the workers whose run() waits at the gate, once `count` of them do."""
+    deadline = time.monotonic() + 180
+    while len(pids := [int(p.name) for p in (tmp_path / "started").iterdir()]) < count:
+        assert time.monotonic() < deadline, "the workers never started run()"
+        time.sleep(0.2)
+    return pids
+
+
+def job_info(cluster: dict, job_id: str):
+    """The Ray job once it has ended (a driver exits a moment after it wrote the run's end)."""
+    client, deadline = jobs_client(cluster), time.monotonic() + 60
+    while (info := client.get_job_info(job_id)).status in ("PENDING", "RUNNING") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return info
+
+
+def runs_of(cluster: dict, job_id: str) -> list[str]:
+    """Every job of the run that `job_id` belongs to (the same id up to the attempt number)."""
+    base = job_id.rsplit("-", 1)[0]
+    return [job.submission_id for job in jobs_client(cluster).list_jobs() if job.submission_id.startswith(base)]
+
+
+def output(summary: dict) -> list[str]:
+    return Path(summary["output_file"]).read_text().splitlines()
+
+
+def test_a_detached_ray_job_run_is_followed_from_another_shell(cluster, step, tmp_path):
+    run_id, run_dir = detach(step, cluster)
+    elsewhere = tmp_path / "elsewhere"  # another shell: another folder, the run found by its id
+    elsewhere.mkdir()
+    look = ("--run-root", str(tmp_path / "runs"))
+
+    status = json.loads(cli(elsewhere, "status", run_id, *look, "--json", env=cluster["env"]).stdout)
+    assert status["status"] in ("Queued", "Running")
+    job_id = status["ray_job"]
+    started_workers(tmp_path)
+    running = json.loads(cli(elsewhere, "status", run_id, *look, "--json", env=cluster["env"]).stdout)
+    assert (running["status"], running["ray_job"], running["mini_batches_succeeded"]) == ("Running", job_id, 0)
+
+    follow = subprocess.Popen(
+        [CLI, "logs", run_id, *look, "--follow"],
+        cwd=elsewhere,
+        env=environ(**cluster["env"]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    (tmp_path / "gate").touch()
+    followed, _ = follow.communicate(timeout=300)
+    assert f"run {run_id} of step gated" in followed
+    assert followed.rstrip().endswith("Succeeded: every mini-batch succeeded")
+
+    waited = cli(elsewhere, "wait", run_id, *look, "--json", env=cluster["env"])
+    assert waited.returncode == 0, waited.stderr
+    summary = json.loads(waited.stdout)
+    assert (summary["status"], summary["items_succeeded"], summary["ray_job"]) == ("Succeeded", 6, job_id)
+    assert summary["config"]["submit_to"] == "ray_job"
+    assert output(summary) == [f"{name} {SECRET}" for name in NAMES]  # the workers had the secret
+
+    info = job_info(cluster, job_id)
+    assert info.status == "SUCCEEDED"
+    assert SECRET not in info.entrypoint + json.dumps(info.metadata)
+    assert SECRET in json.dumps(info.runtime_env["env_vars"])  # what Ray shows of environment_variables
+    for name in ("step.json", "run.json", "ray_job.json"):
+        assert SECRET not in (run_dir / name).read_text()
+
+
+def test_cancel_from_another_shell_stops_the_ray_job_and_its_workers(cluster, step, tmp_path):
+    run_id, _run_dir = detach(step, cluster)
+    workers = started_workers(tmp_path)
+    look = ("--run-root", str(tmp_path / "runs"))
+
+    canceled = cli(tmp_path, "cancel", run_id, *look, env=cluster["env"])
+    assert canceled.returncode == 0, canceled.stderr
+    waited = cli(tmp_path, "wait", run_id, *look, "--json", env=cluster["env"])
+    assert waited.returncode == 1
+    summary = json.loads(waited.stdout)
+    assert (summary["status"], summary["status_reason"]) == ("Canceled", "canceled by the user")
+    assert job_info(cluster, summary["ray_job"]).status == "STOPPED"
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(psutil.pid_exists(pid) for pid in workers)
+
+
+def test_submitting_a_running_run_again_attaches_to_its_job(cluster, step, tmp_path):
+    config = ParallelRunConfig.from_yaml(step, backend="ray", submit_to="ray_job", ray_address=cluster["dashboard"])
+    run_dir = tmp_path / "runs" / "one-run"
+    first = submit(config, run_dir=run_dir)
+    started_workers(tmp_path)
+
+    again = submit(config, run_dir=run_dir)
+    assert again.run_dir == first.run_dir
+    job_id = again.summary()["ray_job"]
+    assert job_id == first.summary()["ray_job"]
+    assert runs_of(cluster, job_id) == [job_id]
+
+    (tmp_path / "gate").touch()
+    summary = again.wait(timeout=300)
+    assert summary["status"] == first.status() == "Succeeded"
+    assert output(summary) == [f"{name} {SECRET}" for name in NAMES]
+    assert summary["attempts_retried"] == 0
+    assert again.logs().count("of step gated in") == 1  # one driver

@@ -1,0 +1,138 @@
+"""A Ray cluster started the way a user starts one, `ray start --head`, with its dashboard (the Jobs API)
+on loopback; shared by the suites that submit runs as Ray jobs (tests/ray, tests/airflow, tests/prefect).
+
+Token authentication: `ray start` turns it on by itself when it finds a token (RAY_AUTH_TOKEN or
+~/.ray/auth_token), a client only when RAY_AUTH_MODE says so, so the mode is decided once here
+(as `parallel_steps.pool.ray_env.agree_on_token_auth` decides it) and given to the cluster and to
+every client. The cluster's processes detach from the test process, so they are found (and
+stopped) by the cluster's own temp dir and address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+BIN = Path(sys.executable).parent
+#: Seconds Ray lets a stopped job's driver finish before it kills it (Ray's default, 3 s, is shorter than the
+#: driver's cancel grace): the driver then writes its own `Canceled` summary.
+STOP_WAIT_S = "60"
+
+
+def auth_mode() -> str:
+    """`token` when a token is available to every process of this machine, else `disabled`."""
+    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    return "token" if os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file() else "disabled"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def ray_head(num_cpus: int = 2) -> Iterator[dict]:
+    """`{"address": GCS host:port, "dashboard": http URL, "env": what clients need}` of a running cluster."""
+    temp_dir = tempfile.mkdtemp(prefix="psjob")  # short: Ray's socket paths must fit in 107 characters
+    port, dashboard = free_port(), free_port()
+    client_env = {"RAY_AUTH_MODE": auth_mode()}
+    env = {
+        **os.environ,
+        **client_env,
+        "RAY_ADDRESS": "",
+        "RAY_JOB_STOP_WAIT_TIME_S": STOP_WAIT_S,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the job's `python` is this environment's
+    }
+    started = subprocess.run(
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            f"--num-cpus={num_cpus}",
+            "--num-gpus=0",
+            f"--object-store-memory={100 * 2**20}",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--ray-client-server-port={free_port()}",
+            f"--temp-dir={temp_dir}",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    cluster = dict(
+        address=f"127.0.0.1:{port}", dashboard=f"http://127.0.0.1:{dashboard}", temp_dir=temp_dir, env=client_env
+    )
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield cluster
+    finally:
+        stop(cluster)
+
+
+def jobs_client(cluster: dict):
+    """A Jobs API client of the cluster, for a process whose environment has the cluster's `env`. Its
+    token is given explicitly: Ray reads RAY_AUTH_MODE once per process, so after a test that ran a
+    local Ray (auth disabled) it would send none."""
+    from ray.job_submission import JobSubmissionClient
+
+    from parallel_steps.pool.ray_env import auth_headers
+
+    return JobSubmissionClient(cluster["dashboard"], headers=auth_headers())
+
+
+def stop(cluster: dict) -> None:
+    """Stop only this cluster (`ray stop` would stop every Ray on the machine), children first."""
+    processes = _processes(cluster)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for process in reversed(processes):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(sig)
+        deadline = time.monotonic() + 10
+        while _running(processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not _running(processes):
+            break
+    assert not _running(_processes(cluster)), "the test's Ray cluster did not stop"
+
+
+def _processes(cluster: dict) -> list[psutil.Process]:
+    """The cluster's processes: those naming its temp dir or GCS port, and their children (Ray renames its
+    agents and workers, e.g. `ray::DashboardAgent`, so only their parents name the cluster)."""
+    port = cluster["address"].rsplit(":", 1)[1]  # the Ray Client server names the GCS by the node's other IP
+    pattern = re.compile(re.escape(cluster["temp_dir"]) + "|" + re.escape(cluster["address"]) + rf"|:{port}\b")
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        if process.pid != os.getpid() and pattern.search(" ".join(process.info["cmdline"] or [])):
+            found[process.pid] = process
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.update((child.pid, child) for child in process.children(recursive=True))
+    return list(found.values())
+
+
+def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Processes not yet exited (the detached ones become zombies until init reaps them)."""
+    alive = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+    return alive
