@@ -6,7 +6,8 @@ the ledger, never raised between layers; only the step's outcome is raised.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from .summary import RunSummary
@@ -39,8 +40,9 @@ class UnsupportedPlatform(ConfigError):
 class StepFailed(ParallelStepsError):
     """The step ran and ended Failed or Canceled; `summary` is the run summary."""
 
-    def __init__(self, summary: RunSummary):
-        self.summary = summary
+    def __init__(self, summary: RunSummary | Mapping[str, Any]):
+        # run_step's summary, or the same read back from run.json by whoever follows a run elsewhere
+        self.summary = cast("RunSummary", summary)
         super().__init__(f"{summary.get('status')}: {summary.get('status_reason')}")
 
 

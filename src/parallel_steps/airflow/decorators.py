@@ -67,7 +67,8 @@ class _ParallelRunDecoratedOperator(DecoratedOperator, ParallelRunOperator):
         if not getattr(self, "_BaseOperator__from_mapped", False):
             task_id = get_unique_task_id(task_id, kwargs.get("dag"), kwargs.get("task_group"))
         self.python_callable = python_callable
-        self.op_args, self.op_kwargs = [], op_kwargs
+        self.op_args: list[Any] = []
+        self.op_kwargs = op_kwargs
         self.init, self.shutdown = init, shutdown
         ParallelRunOperator.__init__(self, task_id=task_id, **{**kwargs, **op_kwargs})
 
@@ -130,7 +131,8 @@ def dumps_callables(functions: dict[str, Callable[..., Any] | None]) -> bytes:
             with contextlib.suppress(ValueError):  # an alias whose __name__ is not in sys.modules
                 cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps(functions)
+        pickled: bytes = cloudpickle.dumps(functions)
+        return pickled
     except Exception as exc:
         offender = next((name for name, f in functions.items() if f is not None and not _pickles(f)), "run")
         raise ConfigError(
@@ -180,7 +182,7 @@ def _top_level_origin(module: Any) -> str | None:
     """Where this process loaded a top-level module or package from."""
     if module is None:
         return None
-    file = getattr(module, "__file__", None)
+    file: str | None = getattr(module, "__file__", None)
     if file:
         return os.path.realpath(file)
     paths = list(getattr(module, "__path__", []) or [])

@@ -9,6 +9,7 @@ It holds no executor logic: scheduling, retries, resume and the file layout belo
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import re
 import time
@@ -55,7 +56,7 @@ def _with_field_keywords(init: Callable[..., None]) -> Callable[..., None]:
     params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
     params += [inspect.Parameter(f, keyword, default=None) for f in FIELDS]
     params += [p for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
-    init.__signature__ = signature.replace(parameters=params)
+    init.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     return init
 
 
@@ -143,7 +144,7 @@ class ParallelRunOperator(BaseOperator):
         return {f: v for f, v in values.items() if v is not None}
 
     @classmethod
-    def partial(cls, **kwargs: Any):
+    def partial(cls, **kwargs: Any) -> Any:
         """`BaseOperator.partial`, with the static config values checked now (at parse time), as
         `__init__` checks them; the mapped values of `expand()` are checked when each task runs."""
         fields = {f: kwargs[f] for f in FIELDS if kwargs.get(f) is not None}
@@ -216,7 +217,7 @@ class ParallelRunOperator(BaseOperator):
         except StepFailed as exc:
             raise AirflowException(self._failure(exc.summary, context)) from None
         self._log_result(summary)
-        return summary
+        return dict(summary)
 
     def _execute_ray_job(
         self, config: ParallelRunConfig, run_dir: Path, run_id: str, context: Mapping[str, Any]
@@ -248,11 +249,11 @@ class ParallelRunOperator(BaseOperator):
             return self.execute(context)
         return self._result(run_status(event["run_dir"]), context)
 
-    def _result(self, summary: dict[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    def _result(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
         if summary["status"] != "Succeeded":
             raise AirflowException(self._failure(summary, context))
         self._log_result(summary)
-        return summary
+        return dict(summary)
 
     def entry_callables(self) -> bytes | None:
         """Cloudpickled init/run/shutdown replacing `entry_script`; None runs the script."""
@@ -270,7 +271,7 @@ class ParallelRunOperator(BaseOperator):
         elif self._cancel is not None:
             self._cancel.cancel(reason)
 
-    def _log_result(self, summary: dict[str, Any]) -> None:
+    def _log_result(self, summary: Mapping[str, Any]) -> None:
         how = "reused an earlier run" if summary.get("reused") else summary["status_reason"]
         self.log.info(
             "%s: %s; %d/%d mini-batches succeeded (%d reused), %d items succeeded, %d failed",
@@ -285,11 +286,11 @@ class ParallelRunOperator(BaseOperator):
         self.log.info("output: %s", summary.get("output_file") or summary.get("output"))
         self._log_report(summary)
 
-    def _log_report(self, summary: dict[str, Any]) -> None:
+    def _log_report(self, summary: Mapping[str, Any]) -> None:
         """The task log's last line: the key figures and the run's report page."""
         self.log.info("%s; report: %s", key_figures(summary), summary.get("report") or "not written")
 
-    def _failure(self, summary: dict[str, Any], context: Mapping[str, Any]) -> str:
+    def _failure(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> str:
         """Log the job result and keep the summary in XCom; return the exception's message."""
         job_result = summary.get("job_result") or str(Path(summary["run_dir"]) / "logs" / "job_result.txt")
         try:
@@ -360,10 +361,10 @@ def _deferred(value: Any) -> bool:
 class ProgressLog:
     """Writes the driver's progress snapshots to the task log, at most one line per interval."""
 
-    def __init__(self, log, interval: float):
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter[Any], interval: float):
         self.log, self.interval, self.last = log, interval, -math.inf
 
-    def __call__(self, snapshot: dict[str, Any]) -> None:
+    def __call__(self, snapshot: Mapping[str, Any]) -> None:
         now = time.monotonic()
         done, total = snapshot.get("mini_batches_done", 0), snapshot.get("mini_batches_total", 0)
         if done < total and now - self.last < self.interval:
@@ -387,10 +388,10 @@ class ProgressLog:
 class _EventLog:
     """Writes failed mini-batches, replaced workers, restarts and the job's end to the task log (bounded)."""
 
-    def __init__(self, log):
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
         self.log, self.lines = log, 0
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         if kind in ("threshold_exceeded", "job_canceled"):
             self.log.error("%s: %s", kind.replace("_", " "), event.get("reason"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from prefect.artifacts import (
@@ -32,13 +33,13 @@ _WARN_EVENTS = {"mini_batch_failed", "worker_replaced", "threshold_exceeded", "j
 class Progress:
     """Reports a running step: the progress artifact and a log line per progress snapshot."""
 
-    def __init__(self, name: str, logger: logging.LoggerAdapter | logging.Logger):
+    def __init__(self, name: str, logger: logging.LoggerAdapter[Any] | logging.Logger):
         self.name, self.logger = name, logger
         self.artifact_id = create_progress_artifact(
             0.0, key=f"{name}-progress", description=f"Step {name}: planning mini-batches"
         )
 
-    def update(self, snapshot: dict[str, Any]) -> None:
+    def update(self, snapshot: Mapping[str, Any]) -> None:
         total, done = snapshot["mini_batches_total"], snapshot["mini_batches_done"]
         eta = "" if snapshot.get("eta_s") is None else f", ETA {snapshot['eta_s']:g} s"
         line = (
@@ -49,7 +50,7 @@ class Progress:
         self.logger.info("%s: %s", self.name, line)
         self._set(done, total, line)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: Mapping[str, Any]) -> None:
         """The final state, also when no worker ran (the whole step was reused) or the step stopped early."""
         done = summary["mini_batches_succeeded"] + summary["mini_batches_failed"]
         reused = " (reused)" if summary["reused"] else ""
@@ -65,13 +66,13 @@ class Progress:
         except Exception as exc:  # a lost progress update must not stop the step; the next one may land
             self.logger.warning("%s: progress artifact not updated (%s)", self.name, exc)
 
-    def event(self, event: dict[str, Any]) -> None:
+    def event(self, event: Mapping[str, Any]) -> None:
         if event["type"] in _WARN_EVENTS:
             detail = ", ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "time"))
             self.logger.warning("%s: %s (%s)", self.name, event["type"].replace("_", " "), detail)
 
 
-def publish_summary(summary: dict[str, Any]) -> None:
+def publish_summary(summary: Mapping[str, Any]) -> None:
     """The run summary as a table artifact, the report's key figures and error groups as markdown (the
     page itself is a file in the run folder), and the failed mini-batches as a table, when any."""
     name = summary["name"]
@@ -101,7 +102,7 @@ def failed_mini_batches(run_dir: str) -> list[dict[str, Any]]:
     return [{column: row.get(column) for column in _FAILED_COLUMNS} for row in rows if row["state"] == "failed"]
 
 
-def _summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _summary_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per summary field, then the configuration fields that differ from their defaults."""
     rows = [{"field": key, "value": value} for key, value in summary.items() if not isinstance(value, dict)]
     defaults = public_config(ParallelRunConfig())

@@ -14,7 +14,7 @@ from ..config import ParallelRunConfig
 CONFIG_PARAMETER = "parallel_run_config"
 FIELDS_PARAMETER = "fields"  # the task's `**fields`, as Prefect binds it
 
-StepSpec = ParallelRunConfig | dict[str, Any] | str | os.PathLike | None
+StepSpec = ParallelRunConfig | dict[str, Any] | str | os.PathLike[str] | None
 
 
 def step_config(parallel_run_config: StepSpec = None, **fields: Any) -> ParallelRunConfig:

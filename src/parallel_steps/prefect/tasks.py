@@ -21,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -39,6 +40,7 @@ from ..errors import ParallelStepsError, StepFailed
 from ..jobs import RunHandle, cancel, submit, watch
 from ..platform import require_linux
 from ..step import run_step
+from ..summary import RunSummary
 from .artifacts import Progress, publish_summary
 from .cache import STEP_REUSE
 from .parameters import StepSpec, config_from_parameters, step_config
@@ -51,7 +53,7 @@ _STOP_GRACE_S = 60.0  # bounded wait for the step to stop after the task was int
 class ParallelRunFailed(StepFailed):
     """The step ended Failed; the task run fails with its reason and where to look."""
 
-    def __init__(self, summary: dict[str, Any]):
+    def __init__(self, summary: Mapping[str, Any]):
         super().__init__(summary)
         self.args = (
             f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
@@ -68,7 +70,7 @@ def _task_run_name(parameters: dict[str, Any]) -> str:
 
 
 @task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
-def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any]:
+def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any] | State:
     """Run a parallel step (Azure ML ParallelRunStep) as a Prefect task and return its run summary.
 
     Progress goes to the task's log and a progress artifact; the run summary (and
@@ -123,7 +125,7 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
         " (reused)" if summary["reused"] else "",
         summary["output_file"] or summary["output"],
     )
-    return summary
+    return dict(summary)
 
 
 def _run_dir(config: ParallelRunConfig) -> Path:
@@ -133,11 +135,11 @@ def _run_dir(config: ParallelRunConfig) -> Path:
 
 
 def _run_watched(
-    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter | logging.Logger
-) -> dict[str, Any]:
+    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
+) -> Mapping[str, Any]:
     """Run the step on a helper thread; anything that interrupts this thread (a runner's SIGTERM, a
     task timeout) or a cancelled flow run cancels the step, which stops its workers."""
-    messages: queue.SimpleQueue = queue.SimpleQueue()
+    messages: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue[tuple[str, Any]]()
     cancel = Cancel()
     step = _StepThread(config, run_dir, messages, cancel)
     step.start()
@@ -157,8 +159,8 @@ def _run_watched(
 
 
 def _follow_ray_job(
-    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter | logging.Logger
-) -> dict[str, Any]:
+    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
+) -> Mapping[str, Any]:
     """Submit the driver as a Ray job (a retry of the task run finds the run's job still running and
     follows it), then follow the run. A cancelled flow run cancels the job; an interrupted task run
     (a worker restarting) leaves it running for the retry."""
@@ -166,7 +168,7 @@ def _follow_ray_job(
     logger.info("step %s: the driver runs as Ray job %s", config.name, job.summary().get("ray_job"))
     flow_run_id = TaskRunContext.get().task_run.flow_run_id
     try:
-        summary = run_coro_as_sync(_follow(job, flow_run_id, progress, logger))
+        summary: dict[str, Any] = run_coro_as_sync(_follow(job, flow_run_id, progress, logger))
     except BaseException:
         with _FlowRunWatch(flow_run_id, logger) as flow_run:
             if reason := flow_run.cancel_reason():
@@ -178,7 +180,7 @@ def _follow_ray_job(
 
 
 async def _follow(
-    job: RunHandle, flow_run_id: UUID | None, progress: Progress, logger: logging.LoggerAdapter | logging.Logger
+    job: RunHandle, flow_run_id: UUID | None, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
 ) -> dict[str, Any]:
     """The run's status every poll, relayed as progress, until it ends; the flow run's state is read
     with it, and a cancelled flow run cancels the run once."""
@@ -207,10 +209,12 @@ async def _follow(
 class _StepThread(threading.Thread):
     """`run_step` with its callbacks turned into messages, so Prefect calls stay on the task's thread."""
 
-    def __init__(self, config: ParallelRunConfig, run_dir: Path, messages: queue.SimpleQueue, cancel: Cancel):
+    def __init__(
+        self, config: ParallelRunConfig, run_dir: Path, messages: queue.SimpleQueue[tuple[str, Any]], cancel: Cancel
+    ):
         super().__init__(name=f"parallel-run-{config.name}", daemon=True)
         self.config, self.run_dir, self.messages, self.cancel = config, run_dir, messages, cancel
-        self._summary: dict[str, Any] | None = None
+        self._summary: RunSummary | None = None
         self._error: BaseException | None = None
 
     def run(self) -> None:
@@ -226,13 +230,14 @@ class _StepThread(threading.Thread):
         except BaseException as exc:  # re-raised on the task's thread by result()
             self._error = exc
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> RunSummary:
         if self._error is not None:
             raise self._error
+        assert self._summary is not None  # run_step returns a summary or raises
         return self._summary
 
 
-def _relay(messages: queue.SimpleQueue, progress: Progress, timeout: float | None = None) -> None:
+def _relay(messages: queue.SimpleQueue[tuple[str, Any]], progress: Progress, timeout: float | None = None) -> None:
     """Pass queued events on, and the latest progress snapshot (older ones are stale)."""
     latest = None
     try:
@@ -254,7 +259,7 @@ class _FlowRunWatch:
     """Reads the flow run's state now and then. Prefect does not interrupt a running task when its flow
     run is cancelled from the API or UI (only a runner's SIGTERM reaches the process), so the task looks."""
 
-    def __init__(self, flow_run_id: UUID | None, logger: logging.LoggerAdapter | logging.Logger):
+    def __init__(self, flow_run_id: UUID | None, logger: logging.LoggerAdapter[Any] | logging.Logger):
         self.flow_run_id, self.logger = flow_run_id, logger
         self._client = get_client(sync_client=True) if flow_run_id else None
         self._next = 0.0

@@ -27,6 +27,7 @@ import re
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
@@ -59,7 +60,7 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
     client = _client(address)
     base = _job_base(run_dir, run_id)
     latest = _latest_job(client, base)
-    if latest is not None and latest.status in _ACTIVE:
+    if latest is not None and latest.submission_id and latest.status in _ACTIVE:
         if (read_summary(run_dir) or {}).get("status") not in TERMINAL:
             write_ray_job(run_dir, address, latest.submission_id)
             return RunHandle(run_dir)
@@ -138,10 +139,10 @@ def _as_the_job_sees_it(config: ParallelRunConfig) -> ParallelRunConfig:
     return config.with_overrides(**job)
 
 
-def _runtime_env(config: ParallelRunConfig, run_dir: Path, environment: dict[str, str]) -> dict:
+def _runtime_env(config: ParallelRunConfig, run_dir: Path, environment: dict[str, str]) -> dict[str, Any]:
     """The project as a py_module (the job runs the caller's version), the step's code folder as the
     working directory, and the workers' environment variables (see `job_ended` for what Ray shows)."""
-    runtime_env: dict = {
+    runtime_env: dict[str, Any] = {
         "py_modules": [os.path.dirname(parallel_steps.__file__)],
         "env_vars": environment,
     }
