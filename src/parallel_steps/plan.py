@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checks import check_step
 from .config import ParallelRunConfig
-from .inputs.incremental import IncrementalPlanner, PlanDiff, is_incremental
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner
 from .reuse import ReuseSources, step_code_key
 from .store.ledger import Ledger, PlanRow
 from .store.runs import RunIndex
 from .summary import RESUMED_COUNTS, Counters
+
+if TYPE_CHECKING:
+    from .inputs.incremental import IncrementalPlanner, PlanDiff
 
 _CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 
@@ -43,6 +45,10 @@ class RunPlan:
         """Write the whole plan, taking finished results from `sources`. File inputs keep the earlier
         plan's mini-batches (inputs/incremental.py); others are matched by fingerprint."""
         config = self.config
+        # Here, not at the top: the sticky planner's index needs numpy (0.1 s to import), which a fresh
+        # run, planned while it streams, never pays for.
+        from .inputs.incremental import IncrementalPlanner, is_incremental
+
         planner: IncrementalPlanner | Planner
         rows: Iterator[PlanRow]
         if is_incremental(config.inputs, config.partition_keys):
