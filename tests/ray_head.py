@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 BIN = Path(sys.executable).parent
 #: Seconds Ray lets a stopped job's driver finish before it kills it (Ray's default, 3 s, is shorter than the
@@ -86,6 +87,43 @@ def ray_head(num_cpus: int = 2) -> Iterator[dict]:
         yield cluster
     finally:
         stop(cluster)
+
+
+@contextlib.contextmanager
+def ray_head_as_client(extra_env: dict[str, str] | None = None) -> Iterator[dict]:
+    """`ray_head()`, with this process (and what it starts) set up as a client of it: the cluster's
+    environment (token, auth mode) and `extra_env` set, RAY_ADDRESS unset (runs name the address)."""
+    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
+        for name, value in {**head["env"], **(extra_env or {})}.items():
+            patch.setenv(name, value)
+        patch.delenv("RAY_ADDRESS", raising=False)
+        yield head
+
+
+#: The inputs of a gated step: 6 files, 3 mini-batches of 2.
+GATED_NAMES = [f"f{i}.txt" for i in range(6)]
+
+
+def write_gated_step(folder: Path, row: str = "os.path.basename(p)") -> None:
+    """A step's files under `folder`: code/score.py, whose run() marks that it started (a file named after its
+    pid in $STARTED), then waits for the file $GATE and returns `row` per input path `p`; data/ with the
+    GATED_NAMES files (each holds its name); and started/. A run is then provably running while a test looks."""
+    script = f"""
+import os, time
+from pathlib import Path
+
+def run(mini_batch):
+    Path(os.environ["STARTED"], str(os.getpid())).touch()
+    while not os.path.exists(os.environ["GATE"]):
+        time.sleep(0.05)
+    return [{row} for p in mini_batch]
+"""
+    (folder / "code").mkdir()
+    (folder / "code" / "score.py").write_text(script)
+    (folder / "data").mkdir()
+    for name in GATED_NAMES:
+        (folder / "data" / name).write_text(name)
+    (folder / "started").mkdir()
 
 
 def jobs_client(cluster: dict):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_head import jobs_client, ray_head
+from ray_head import jobs_client, ray_head_as_client
 
 AIRFLOW = Path(sys.executable).with_name("airflow")
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
@@ -24,10 +24,8 @@ DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 @pytest.fixture(scope="module")
 def cluster():
     """The cluster, and what every `airflow` process needs to use it (the Variable `ray_address`)."""
-    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
-        for name, value in {**head["env"], "AIRFLOW_VAR_RAY_ADDRESS": head["address"]}.items():
-            patch.setenv(name, value)
-        patch.delenv("RAY_ADDRESS", raising=False)
+    with ray_head_as_client() as head, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_VAR_RAY_ADDRESS", head["address"])
         yield head
 
 

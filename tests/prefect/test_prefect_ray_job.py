@@ -19,39 +19,19 @@ from prefect_helpers import task_states, wait_for
 
 from parallel_steps.prefect import parallel_run
 from prefect import flow
-from ray_head import jobs_client, ray_head
-
-GATED = """
-import os, time
-from pathlib import Path
-
-def run(mini_batch):
-    Path(os.environ["STARTED"], str(os.getpid())).touch()
-    while not os.path.exists(os.environ["GATE"]):
-        time.sleep(0.05)
-    return [os.path.basename(p) for p in mini_batch]
-"""
-NAMES = [f"f{i}.txt" for i in range(6)]
+from ray_head import GATED_NAMES, jobs_client, ray_head_as_client, write_gated_step
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
-        for name, value in head["env"].items():
-            patch.setenv(name, value)  # this process is a Jobs API client
-        patch.delenv("RAY_ADDRESS", raising=False)
+    with ray_head_as_client() as head:
         yield head
 
 
 @pytest.fixture
 def fields(tmp_path: Path, cluster: dict) -> dict:
     """A gated step on 6 files in 3 mini-batches, run by a Ray job on the cluster."""
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "score.py").write_text(GATED)
-    (tmp_path / "data").mkdir()
-    for name in NAMES:
-        (tmp_path / "data" / name).write_text(name)
-    (tmp_path / "started").mkdir()
+    write_gated_step(tmp_path)
     return dict(
         name="gated",
         entry_script=str(tmp_path / "code" / "score.py"),
@@ -88,7 +68,7 @@ def test_a_flow_runs_its_step_as_a_ray_job(fields, cluster, tmp_path):
     summary = score()
     assert (summary["status"], summary["items_succeeded"], summary["mini_batches_total"]) == ("Succeeded", 6, 3)
     assert summary["config"]["submit_to"] == "ray_job"
-    assert Path(summary["output_file"]).read_text().splitlines() == NAMES
+    assert Path(summary["output_file"]).read_text().splitlines() == GATED_NAMES
     assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
 
 

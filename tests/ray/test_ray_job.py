@@ -19,40 +19,21 @@ from support import CLI, environ
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.jobs import submit
-from ray_head import jobs_client, ray_head
+from ray_head import GATED_NAMES, jobs_client, ray_head_as_client, write_gated_step
 
 SECRET = "hush-7f3a"
-GATED = """
-import os, time
-from pathlib import Path
-
-def run(mini_batch):
-    Path(os.environ["STARTED"], str(os.getpid())).touch()
-    while not os.path.exists(os.environ["GATE"]):
-        time.sleep(0.05)
-    return [f"{os.path.basename(p)} {os.environ['SECRET']}" for p in mini_batch]
-"""
-NAMES = [f"f{i}.txt" for i in range(6)]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
-        for name, value in head["env"].items():
-            patch.setenv(name, value)  # this process is a Jobs API client too
-        patch.delenv("RAY_ADDRESS", raising=False)
+    with ray_head_as_client() as head:
         yield head
 
 
 @pytest.fixture
 def step(tmp_path: Path) -> Path:
     """A step file: 6 files in 3 mini-batches on 2 workers, the script in its own code folder."""
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "score.py").write_text(GATED)
-    (tmp_path / "data").mkdir()
-    for name in NAMES:
-        (tmp_path / "data" / name).write_text(name)
-    (tmp_path / "started").mkdir()
+    write_gated_step(tmp_path, row='os.path.basename(p) + " " + os.environ["SECRET"]')
     environment = dict(SECRET=SECRET, GATE=str(tmp_path / "gate"), STARTED=str(tmp_path / "started"))
     lines = [
         "name: gated",
@@ -138,7 +119,7 @@ def test_a_detached_ray_job_run_is_followed_from_another_shell(cluster, step, tm
     summary = json.loads(waited.stdout)
     assert (summary["status"], summary["items_succeeded"], summary["ray_job"]) == ("Succeeded", 6, job_id)
     assert summary["config"]["submit_to"] == "ray_job"
-    assert output(summary) == [f"{name} {SECRET}" for name in NAMES]  # the workers had the secret
+    assert output(summary) == [f"{name} {SECRET}" for name in GATED_NAMES]  # the workers had the secret
 
     info = job_info(cluster, job_id)
     assert info.status == "SUCCEEDED"
@@ -181,6 +162,6 @@ def test_submitting_a_running_run_again_attaches_to_its_job(cluster, step, tmp_p
     (tmp_path / "gate").touch()
     summary = again.wait(timeout=300)
     assert summary["status"] == first.status() == "Succeeded"
-    assert output(summary) == [f"{name} {SECRET}" for name in NAMES]
+    assert output(summary) == [f"{name} {SECRET}" for name in GATED_NAMES]
     assert summary["attempts_retried"] == 0
     assert again.logs().count("of step gated in") == 1  # one driver
