@@ -7,6 +7,7 @@ running while the test cancels the flow run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -15,9 +16,9 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.states import Cancelling
-from prefect_helpers import task_states, wait_for
+from prefect_helpers import artifacts, flow_run_id, summary_table, task_states, wait_for
 
-from parallel_steps.prefect import parallel_run
+from parallel_steps.prefect import parallel_run, parallel_run_async
 from prefect import flow
 from ray_head import GATED_NAMES, jobs_client, ray_head_as_client, write_gated_step
 
@@ -70,6 +71,28 @@ def test_a_flow_runs_its_step_as_a_ray_job(fields, cluster, tmp_path):
     assert summary["config"]["submit_to"] == "ray_job"
     assert Path(summary["output_file"]).read_text().splitlines() == GATED_NAMES
     assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("submit_to", ["ray_job", "local"])
+def test_an_async_flow_awaits_its_steps(fields, cluster, tmp_path, submit_to):
+    """`parallel_run_async` follows a Ray job on the flow's event loop, and runs a local driver in a thread;
+    its artifacts are those of `parallel_run` (Prefect's artifact calls are coroutines in an async task)."""
+    (tmp_path / "gate").touch()
+    backend = "ray" if submit_to == "ray_job" else "local"
+
+    @flow
+    async def score():
+        return await parallel_run_async(**{**fields, "backend": backend, "submit_to": submit_to})
+
+    state = asyncio.run(score(return_state=True))
+    summary = state.result()
+    assert (summary["status"], summary["items_succeeded"], summary["mini_batches_total"]) == ("Succeeded", 6, 3)
+    assert summary["config"]["submit_to"] == submit_to
+    assert summary_table(flow_run_id(state), "gated")["items_succeeded"] == 6
+    assert artifacts(flow_run_id(state), "gated-progress")
+    assert Path(summary["output_file"]).read_text().splitlines() == GATED_NAMES
+    if submit_to == "ray_job":
+        assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
 
 
 def test_cancelling_the_flow_run_stops_the_ray_job(fields, cluster, tmp_path):

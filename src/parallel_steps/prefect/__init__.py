@@ -5,6 +5,6 @@ Install with `pip install "parallel-steps[prefect]"`. See docs/prefect.md.
 
 from .cache import STEP_REUSE, StepReuse
 from .parameters import step_config
-from .tasks import ParallelRunFailed, parallel_run
+from .tasks import ParallelRunFailed, parallel_run, parallel_run_async
 
-__all__ = ["STEP_REUSE", "ParallelRunFailed", "StepReuse", "parallel_run", "step_config"]
+__all__ = ["STEP_REUSE", "ParallelRunFailed", "StepReuse", "parallel_run", "parallel_run_async", "step_config"]

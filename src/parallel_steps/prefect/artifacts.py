@@ -3,7 +3,9 @@ of the run summary and of its failed mini-batches, and a markdown artifact with 
 the error groups and the path of the run's report page.
 
 Artifact keys are the step name plus a suffix (step names are valid keys), so
-each step's artifacts keep one history across flow runs.
+each step's artifacts keep one history across flow runs. Every artifact call passes `_sync=True`:
+Prefect dispatches them to coroutines inside an async task (`parallel_run_async`), where a plain
+call would create nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Progress:
     def __init__(self, name: str, logger: logging.LoggerAdapter[Any] | logging.Logger):
         self.name, self.logger = name, logger
         self.artifact_id = create_progress_artifact(
-            0.0, key=f"{name}-progress", description=f"Step {name}: planning mini-batches"
+            0.0, key=f"{name}-progress", description=f"Step {name}: planning mini-batches", _sync=True
         )
 
     def update(self, snapshot: Mapping[str, Any]) -> None:
@@ -62,7 +64,7 @@ class Progress:
     def _set(self, done: int, total: int, text: str) -> None:
         percent = 100.0 * done / total if total else 100.0
         try:
-            update_progress_artifact(self.artifact_id, percent, description=f"Step {self.name}: {text}")
+            update_progress_artifact(self.artifact_id, percent, description=f"Step {self.name}: {text}", _sync=True)
         except Exception as exc:  # a lost progress update must not stop the step; the next one may land
             self.logger.warning("%s: progress artifact not updated (%s)", self.name, exc)
 
@@ -80,9 +82,10 @@ def publish_summary(summary: Mapping[str, Any]) -> None:
         _summary_rows(summary),
         key=f"{name}-summary",
         description=f"Step {name}: {summary['status']}: {summary['status_reason']}",
+        _sync=True,
     )
     create_markdown_artifact(
-        report_markdown(summary), key=f"{name}-report", description=f"Step {name}: key figures and errors"
+        report_markdown(summary), key=f"{name}-report", description=f"Step {name}: key figures and errors", _sync=True
     )
     failed = failed_mini_batches(summary["run_dir"])
     if failed:
@@ -93,6 +96,7 @@ def publish_summary(summary: Mapping[str, Any]) -> None:
             key=f"{name}-failed-mini-batches",
             description=f"Step {name}: failed mini-batches{more}; "
             f"tracebacks under {summary['run_dir']}/logs/user/error/",
+            _sync=True,
         )
 
 

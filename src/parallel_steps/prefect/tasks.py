@@ -1,4 +1,4 @@
-"""The `parallel_run` Prefect task: one parallel step inside a flow.
+"""The `parallel_run` Prefect task (and `parallel_run_async`, for async flows): one parallel step inside a flow.
 
 An adapter only (STYLE.md section 4): task parameters become a config, `run_step`
 runs on a helper thread while the task's own thread reports progress and
@@ -11,17 +11,20 @@ run's result or failure.
 
 With `submit_to: ray_job` the driver is a Ray job (`jobs.submit`) and no step thread
 runs here: the task follows the run with async polls of its status and of the flow
-run's state, cancelling the job when the flow run is cancelled.
+run's state, cancelling the job when the flow run is cancelled. `parallel_run` waits for
+those polls on Prefect's event loop; `parallel_run_async` awaits them on the flow's own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -94,44 +97,117 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
             Canceled (by cancelling the flow run) ends the task run Cancelled instead.
         ConfigError, InputError: an invalid field or an unreadable input, before any worker starts.
 
+    In an async flow, `await parallel_run_async(...)` does the same and, with `submit_to="ray_job"`,
+    follows the job on the flow's event loop without holding a thread.
+
     Example:
         >>> @flow
         ... def score(mini_batch_size: int | None = None):
         ...     return parallel_run("step.yaml", mini_batch_size=mini_batch_size)
     """
     require_linux()
-    config = step_config(parallel_run_config, **fields)
-    logger = get_run_logger()
-    run_dir = _run_dir(config)
-    logger.info("step %s: run directory %s", config.name, run_dir)
-    progress = Progress(config.name, logger)
+    step = _TaskStep.begin(parallel_run_config, fields)
     try:
-        if config.submit_to == "ray_job":
-            summary = _follow_ray_job(config, run_dir, progress, logger)
-        else:
-            summary = _run_watched(config, run_dir, progress, logger)
+        if step.config.submit_to != "ray_job":
+            return step.succeeded(_run_watched(step.config, step.run_dir, step.progress, step.logger))
+        job = step.submit()
+        try:
+            summary = run_coro_as_sync(_follow(job, step.flow_run_id, step.progress, step.logger))
+        except BaseException:
+            step.on_interrupted(job)
+            raise
+        return step.succeeded(summary)
     except StepFailed as failed:
-        progress.finish(failed.summary)
+        return step.failed(failed)
+
+
+@task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
+async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any] | State:
+    """`parallel_run` for async flows: `await parallel_run_async(...)`. With `submit_to="ray_job"` the
+    task follows the Ray job on the flow's event loop and holds no thread while it waits, so one flow
+    can follow many long steps at once; a local driver runs in a worker thread. Arguments, result,
+    errors, retries, caching and cancellation are those of `parallel_run`.
+
+    Example:
+        >>> @flow
+        ... async def score_all(days: list[str]):
+        ...     return await asyncio.gather(
+        ...         *(parallel_run_async("step.yaml", inputs=f"data/{day}", submit_to="ray_job") for day in days)
+        ...     )
+    """
+    require_linux()
+    step = _TaskStep.begin(parallel_run_config, fields)
+    try:
+        if step.config.submit_to != "ray_job":
+            run = functools.partial(_run_watched, step.config, step.run_dir, step.progress, step.logger)
+            return step.succeeded(await asyncio.to_thread(run))
+        job = await asyncio.to_thread(step.submit)
+        try:
+            summary = await _follow(job, step.flow_run_id, step.progress, step.logger)
+        except BaseException:
+            step.on_interrupted(job)
+            raise
+        return step.succeeded(summary)
+    except StepFailed as failed:
+        return step.failed(failed)
+
+
+@dataclass
+class _TaskStep:
+    """The step of one task run: its config, run directory (one per task run: its retries resume it,
+    and no other task run shares it), logger and progress artifact, and how the task run ends."""
+
+    config: ParallelRunConfig
+    run_dir: Path
+    flow_run_id: UUID | None
+    logger: logging.LoggerAdapter[Any] | logging.Logger
+    progress: Progress
+
+    @classmethod
+    def begin(cls, parallel_run_config: StepSpec, fields: dict[str, Any]) -> _TaskStep:
+        config = step_config(parallel_run_config, **fields)
+        logger = get_run_logger()
+        task_run = TaskRunContext.get().task_run
+        run_dir = config.resolved_run_root() / f"{config.name}-{task_run.id}"
+        logger.info("step %s: run directory %s", config.name, run_dir)
+        return cls(config, run_dir, task_run.flow_run_id, logger, Progress(config.name, logger))
+
+    def submit(self) -> RunHandle:
+        """Submit the driver as a Ray job; a retry of the task run finds the run's job still running
+        and follows it."""
+        job = submit(self.config, run_id=self.run_dir.name, run_dir=self.run_dir)
+        self.logger.info("step %s: the driver runs as Ray job %s", self.config.name, job.summary().get("ray_job"))
+        return job
+
+    def on_interrupted(self, job: RunHandle) -> None:
+        """The task run stopped following its Ray job: a cancelled flow run cancels the job; otherwise
+        (a worker restarting) the job goes on for the retry to follow."""
+        with _FlowRunWatch(self.flow_run_id, self.logger) as flow_run:
+            if reason := flow_run.cancel_reason():
+                cancel(str(job.run_dir), reason=reason)
+
+    def succeeded(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """The task run's result: the summary, published; a followed run that did not succeed raises."""
+        if summary["status"] != "Succeeded":
+            raise StepFailed(summary)
+        self.progress.finish(summary)
+        publish_summary(summary)
+        self.logger.info(
+            "step %s: %s%s: %s",
+            self.config.name,
+            summary["status"],
+            " (reused)" if summary["reused"] else "",
+            summary["output_file"] or summary["output"],
+        )
+        return dict(summary)
+
+    def failed(self, failed: StepFailed) -> State:
+        """A Canceled step ends the task run Cancelled (not a failure of the step); a Failed one raises."""
+        self.progress.finish(failed.summary)
         publish_summary(failed.summary)
-        if failed.summary.get("status") == "Canceled":  # shown as Cancelled, not as a failure of the step
+        if failed.summary.get("status") == "Canceled":
             return Cancelled(message=str(ParallelRunFailed(failed.summary)))
         raise ParallelRunFailed(failed.summary) from None
-    progress.finish(summary)
-    publish_summary(summary)
-    logger.info(
-        "step %s: %s%s: %s",
-        config.name,
-        summary["status"],
-        " (reused)" if summary["reused"] else "",
-        summary["output_file"] or summary["output"],
-    )
-    return dict(summary)
-
-
-def _run_dir(config: ParallelRunConfig) -> Path:
-    """One run directory per task run: its retries resume it, and no other task run shares it."""
-    task_run = TaskRunContext.get().task_run
-    return config.resolved_run_root() / f"{config.name}-{task_run.id}"
 
 
 def _run_watched(
@@ -158,27 +234,6 @@ def _run_watched(
     return step.result()
 
 
-def _follow_ray_job(
-    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
-) -> Mapping[str, Any]:
-    """Submit the driver as a Ray job (a retry of the task run finds the run's job still running and
-    follows it), then follow the run. A cancelled flow run cancels the job; an interrupted task run
-    (a worker restarting) leaves it running for the retry."""
-    job = submit(config, run_id=run_dir.name, run_dir=run_dir)
-    logger.info("step %s: the driver runs as Ray job %s", config.name, job.summary().get("ray_job"))
-    flow_run_id = TaskRunContext.get().task_run.flow_run_id
-    try:
-        summary: dict[str, Any] = run_coro_as_sync(_follow(job, flow_run_id, progress, logger))
-    except BaseException:
-        with _FlowRunWatch(flow_run_id, logger) as flow_run:
-            if reason := flow_run.cancel_reason():
-                cancel(str(job.run_dir), reason=reason)
-        raise
-    if summary["status"] != "Succeeded":
-        raise StepFailed(summary)
-    return summary
-
-
 async def _follow(
     job: RunHandle, flow_run_id: UUID | None, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
 ) -> dict[str, Any]:
@@ -191,7 +246,7 @@ async def _follow(
         async for summary in watch(str(job.run_dir), interval=_CANCEL_POLL_S, on_error=on_error):
             if "mini_batches_done" in summary and summary.get("elapsed_s") != shown:  # a new snapshot
                 shown = summary.get("elapsed_s")
-                progress.update(summary)
+                await asyncio.to_thread(progress.update, summary)  # the API call off the event loop
             if canceled or flow_run_id is None:
                 continue
             try:
