@@ -83,3 +83,4 @@ def test_every_node_gets_the_models_and_run_gets_its_context(ray_cluster, tmp_pa
     for marker in seen.values():  # a node-local copy of the model, as for side inputs
         assert marker["model"].startswith(str(SIDE_INPUTS_DIR))
         assert Path(marker["model"]).name == "model"
+    assert not (SIDE_INPUTS_DIR / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run

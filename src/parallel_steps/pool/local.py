@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from ..inputs.minibatch import MiniBatch
-from ..inputs.storage import is_url
 from ..protocol import (
     Event,
     Finished,
@@ -42,7 +41,7 @@ from ..protocol import (
     WorkerInfo,
 )
 from ..store.logs import hang_summary, note_hang, stderr_tail
-from ..worker.runtime import side_inputs_root
+from ..worker.runtime import copies_root
 from .base import (
     PoolSettings,
     WorkerPool,
@@ -67,7 +66,7 @@ class LocalWorkerPool(WorkerPool):
         self._poller = select.poll()  # registered once per descriptor, not rebuilt per wait
         self._by_fd: dict[int, tuple[str, WorkerProcess]] = {}
         self._watchdog = Watchdog(settings.memory_limit)
-        self._side_input_copies: Path | None = None  # where workers copy side inputs named by URLs
+        self._side_input_copies: Path | None = None  # where workers copy side inputs and models named by URLs
         self._closed = False
 
     # Starting workers -----------------------------------------------------------------
@@ -82,8 +81,7 @@ class LocalWorkerPool(WorkerPool):
         gpus = self._free_gpus[node]
         gpu = gpus.pop(0) if gpus else None
         spec = self.settings.make_spec(node, info.node_id, info.process_name)
-        if any(is_url(path) for path in spec.side_inputs.values()):
-            self._side_input_copies = side_inputs_root(spec)
+        self._side_input_copies = copies_root(spec, copy_paths=False)
         environment = self.settings.worker_environment(node, info.process_name, gpu)
         worker = WorkerProcess.start(info, spec, environment)
         worker.info = info = dataclasses.replace(info, pid=worker.process.pid, gpu=gpu)

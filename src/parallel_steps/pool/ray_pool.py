@@ -30,7 +30,7 @@ import ray
 from ..inputs.minibatch import MiniBatch
 from ..protocol import Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, LossReason, Lost, Ready, WorkerInfo
 from ..store.logs import hang_summary, stderr_tail
-from ..worker.runtime import side_inputs_root
+from ..worker.runtime import copies_root
 from .base import (
     PoolSettings,
     WorkerPool,
@@ -61,7 +61,7 @@ class RayWorkerPool(WorkerPool):
         self._refs = RayRefs()
         self._events: collections.deque[Event] = collections.deque()
         self._nodes = RayNodes()
-        self._side_inputs_root: Path | None = None  # where nodes copied this run's side inputs
+        self._side_inputs_root: Path | None = None  # where nodes copied this run's side inputs and models
         self._actor_class: Any = None
         self._closed = False
 
@@ -82,8 +82,7 @@ class RayWorkerPool(WorkerPool):
         info = self._new_worker(node_index, slot)
         gpu = node.take_gpu()
         spec = self.settings.make_spec(node_index, info.node_id, info.process_name)
-        if spec.side_inputs:
-            self._side_inputs_root = side_inputs_root(spec)
+        self._side_inputs_root = copies_root(spec, copy_paths=True)
         environment = self.settings.worker_environment(node_index, info.process_name, None)
         if gpu:
             del environment["CUDA_VISIBLE_DEVICES"]  # Ray sets it to the GPU it reserved

@@ -128,6 +128,7 @@ def _as_the_job_sees_it(config: ParallelRunConfig) -> ParallelRunConfig:
             dataset.model_copy(update=dict(path=[_absolute(p) for p in dataset.path])) for dataset in config.inputs
         ],
         side_inputs={name: _absolute(path) for name, path in config.side_inputs.items()},
+        models={name: _absolute(path) for name, path in config.models.items()},
         output=_absolute(config.output) if config.output else None,
         run_root=str(config.resolved_run_root()),
     )

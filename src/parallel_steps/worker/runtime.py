@@ -265,6 +265,13 @@ def side_inputs_root(spec: WorkerSpec) -> Path:
     return SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
 
 
+def copies_root(spec: WorkerSpec, copy_paths: bool) -> Path | None:
+    """Where `localize_side_inputs(spec, copy_paths)` puts copies of side inputs and models on a
+    machine, when it makes any: the folder a pool removes when the run ends."""
+    entries = [*spec.side_inputs.values(), *spec.models.values()]
+    return side_inputs_root(spec) if any(copy_paths or is_url(path) for path in entries) else None
+
+
 def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
     """Replace a side input's original path inside an argument (whole path components only)."""
     for source, local in moves:
