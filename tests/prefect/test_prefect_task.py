@@ -183,12 +183,16 @@ class TestReuse:
         resized = one_step(**fields, mini_batch_size=2, return_state=True)
         forced = one_step(**fields, mini_batch_size=2, allow_reuse=False, return_state=True)
         stricter = one_step(**fields, mini_batch_size=2, error_threshold=0, return_state=True)
+        stricter_v1 = one_step(
+            **fields, mini_batch_size=2, error_threshold=0, allowed_failed_count=0, return_state=True
+        )
         assert task_states(flow_run_id(resized)) == {"uncached": "Completed"}
         assert resized.result()["mini_batches_total"] == 3
         assert task_states(flow_run_id(forced)) == {"uncached": "Completed"}
         assert forced.result()["reused"] is False
         assert forced.result()["workers_started"] == 1
         assert task_states(flow_run_id(stricter)) == {"uncached": "Completed"}
+        assert task_states(flow_run_id(stricter_v1)) == {"uncached": "Completed"}  # the v1 name of a threshold
 
     def test_a_new_output_folder_runs_the_task_and_the_step_reuses_the_earlier_output(
         self, write_script, make_files, tmp_path

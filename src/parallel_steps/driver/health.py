@@ -18,6 +18,16 @@ from .faults import ErrorGroups, error_line
 
 _INIT_FAILURE_GRACE_S = 120.0
 _MIN_FINISHED_FOR_RATE = 10
+#: The fields that decide Succeeded or Failed for the same results (what `threshold_breach` and the
+#: same-error rule read).
+OUTCOME_FIELDS = (
+    "error_threshold",
+    "mini_batch_error_threshold",
+    "allowed_failed_count",
+    "allowed_failed_percent",
+    "max_tolerated_failure_rate",
+    "max_same_error",
+)
 
 
 def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | None:

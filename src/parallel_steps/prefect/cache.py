@@ -15,19 +15,10 @@ from typing import Any
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
+from ..driver.health import OUTCOME_FIELDS
 from ..errors import ParallelStepsError
 from ..step import reuse_key
 from .parameters import config_from_parameters
-
-# Fields that decide Succeeded or Failed for the same results; `reuse_key` leaves them out, but a run that
-# succeeded under a lenient threshold must not come back Cached under a strict one.
-OUTCOME_FIELDS = (
-    "error_threshold",
-    "mini_batch_error_threshold",
-    "allowed_failed_percent",
-    "max_tolerated_failure_rate",
-    "max_same_error",
-)
 
 
 @dataclass
@@ -50,6 +41,8 @@ class StepReuse(CachePolicy):
         except ParallelStepsError:  # the task run itself reports it, as a user error
             return None
         output = str(Path(config.output).absolute()) if config.output else ""
+        # `reuse_key` leaves out the thresholds, but a run that succeeded under a lenient one must not
+        # come back Cached under a strict one.
         outcome = [getattr(config, name) for name in OUTCOME_FIELDS]
         return hashlib.sha256(f"{key}\0{output}\0{outcome}".encode()).hexdigest()
 
