@@ -121,9 +121,12 @@ def test_a_shutdown_that_never_returns_is_cut_off_and_the_run_succeeds(tmp_path,
 
 
 def test_timeout_over_a_hanging_step_leaves_no_process_behind(tmp_path, write_script, make_files):
-    # `timeout` sends SIGTERM to the command when the time is up; run() would take an hour.
+    # `timeout` sends SIGTERM to the command when the time is up; run() would take an hour. The time is
+    # made up once both workers hang: SIGALRM is what `timeout` waits for.
     step = slow_step(tmp_path, write_script, make_files, seconds=3600)
-    run = start(tmp_path, *step, prefix=("timeout", "10"))
+    run = start(tmp_path, *step, prefix=("timeout", "3600"))
+    wait_for(lambda: len(os.listdir(tmp_path / "started")) == 2, "both workers in run()")
+    run.send_signal(signal.SIGALRM)
     stdout, stderr = run.communicate(timeout=120)
 
     assert run.returncode == 124, stderr  # timeout's own status: the time was up
