@@ -163,9 +163,10 @@ class RunHandle:
         timeout: float | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         stop: threading.Event | None = None,
+        on_error: Callable[[ParallelStepsError], None] | None = None,
     ) -> dict[str, Any]:
         """Block until the run ends (or `timeout` seconds pass: TimeoutError); returns its summary (see `wait`)."""
-        return wait(str(self.run_dir), timeout=timeout, on_progress=on_progress, stop=stop)
+        return wait(str(self.run_dir), timeout=timeout, on_progress=on_progress, stop=stop, on_error=on_error)
 
     def cancel(self) -> None:
         cancel(str(self.run_dir))
@@ -262,16 +263,27 @@ def wait(
     timeout: float | None = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     stop: threading.Event | None = None,
+    on_error: Callable[[ParallelStepsError], None] | None = None,
 ) -> dict[str, Any]:
     """Block until the run ends (or `timeout` seconds pass: TimeoutError); returns its summary.
 
     Args:
         on_progress: called with the live status of the running run (counts, rate, ETA).
         stop: when set (a Ctrl-C, an engine's kill), the run is canceled, once.
+        on_error: as for `watch`: called when a status cannot be read, and the next poll tries again.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     canceled = False
-    while (summary := run_status(run, run_root))["status"] not in TERMINAL:
+    while True:
+        try:
+            summary = run_status(run, run_root)
+        except ParallelStepsError as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+            summary = {"run_id": run, "status": "unknown"}
+        if summary["status"] in TERMINAL:
+            return summary
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"run {summary['run_id']} is still {summary['status']} after {timeout:g} s")
         if on_progress is not None and "mini_batches_done" in summary:
@@ -280,7 +292,6 @@ def wait(
             canceled = True
             cancel(run, run_root, getattr(stop, "reason", "canceled by the user"))
         time.sleep(_POLL_S)
-    return summary
 
 
 def cancel(run: str, run_root: str | None = None, reason: str = "canceled by the user") -> dict[str, Any]:

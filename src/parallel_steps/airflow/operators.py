@@ -236,7 +236,10 @@ class ParallelRunOperator(BaseOperator):
 
             trigger = ParallelRunTrigger(str(run_dir), progress_log_interval=self.progress_log_interval)
             self.defer(trigger=trigger, method_name="execute_complete")
-        summary = self._job.wait(on_progress=ProgressLog(self.log, self.progress_log_interval))
+        summary = self._job.wait(
+            on_progress=ProgressLog(self.log, self.progress_log_interval),
+            on_error=lambda exc: self.log.warning("cannot read the run's status now (%s); trying again", exc),
+        )
         return self._result(summary, context)
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:

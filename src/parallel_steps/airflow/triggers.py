@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..errors import ParallelStepsError
 from ..jobs import cancel, watch
 from .operators import ProgressLog
 
@@ -51,4 +52,7 @@ class ParallelRunTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """The user marked the deferred task failed or succeeded, or cleared it: cancel the run (its
         Ray job is stopped). A triggerer restart does not call this; the run goes on."""
-        await asyncio.to_thread(cancel, self.run_dir, None, "the deferred Airflow task was killed (on_kill)")
+        try:
+            await asyncio.to_thread(cancel, self.run_dir, None, "the deferred Airflow task was killed (on_kill)")
+        except ParallelStepsError as exc:  # it ended meanwhile, or the cluster is out of reach
+            self.log.warning("the run was not canceled: %s", exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ConfigError, StepFailed
@@ -75,7 +76,11 @@ def _follow(handle: RunHandle, as_json: bool) -> int:
     cancel = cancel_on_signals()
     progress = Progress()
     try:
-        status = handle.wait(on_progress=lambda snapshot: progress.update(cast("RunSummary", snapshot)), stop=cancel)
+        status = handle.wait(
+            on_progress=lambda snapshot: progress.update(cast("RunSummary", snapshot)),
+            stop=cancel,
+            on_error=lambda exc: print(f"parallel-steps: {exc}; trying again", file=sys.stderr),
+        )
     finally:
         progress.close()
     summary = cast("RunSummary", {**Counters().counts(), **status})  # counts a driver lost early never wrote are 0

@@ -136,20 +136,22 @@ async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any
         ...     )
     """
     require_linux()
-    step = _TaskStep.begin(parallel_run_config, fields)
+    # What calls Prefect's API or reads the run's files runs in a worker thread, off the event loop.
+    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields)
     try:
         if step.config.submit_to != "ray_job":
             run = functools.partial(_run_watched, step.config, step.run_dir, step.progress, step.logger)
-            return step.succeeded(await asyncio.to_thread(run))
-        job = await asyncio.to_thread(step.submit)
-        try:
-            summary = await _follow(job, step.flow_run_id, step.progress, step.logger)
-        except BaseException:
-            step.on_interrupted(job)
-            raise
-        return step.succeeded(summary)
+            summary = await asyncio.to_thread(run)
+        else:
+            job = await asyncio.to_thread(step.submit)
+            try:
+                summary = await _follow(job, step.flow_run_id, step.progress, step.logger)
+            except BaseException:
+                step.on_interrupted(job)  # brief, and only when the task run is interrupted
+                raise
+        return await asyncio.to_thread(step.succeeded, summary)
     except StepFailed as failed:
-        return step.failed(failed)
+        return await asyncio.to_thread(step.failed, failed)
 
 
 @dataclass

@@ -19,6 +19,7 @@ the same attempt end up following one job.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -26,9 +27,11 @@ import os
 import re
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import requests
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 import parallel_steps
@@ -102,7 +105,8 @@ def job_ended(run_dir: Path) -> tuple[str, str] | None:
         return None
     if status == JobStatus.STOPPED:
         return "Canceled", f"the Ray job {job_id} of the driver was stopped before the driver finished{again}"
-    message = client.get_job_info(job_id).message or ""
+    with _jobs_api(job_id):
+        message = client.get_job_info(job_id).message or ""
     return "Failed", f"the Ray job {job_id} of the driver ended {status.value}: {_last_line(message)}{again}"
 
 
@@ -222,11 +226,27 @@ def _wait_for_end(client: JobSubmissionClient, job_id: str) -> None:
 
 
 def _status(client: JobSubmissionClient, job_id: str) -> JobStatus | None:
-    """The job's status; None when the cluster does not know the job."""
+    """The job's status; None when the cluster does not know the job (HTTP 404). Any other failure (a
+    dashboard restarting, a proxy's 502, the network) is a ParallelStepsError, so that whoever follows
+    the run tries again instead of taking a running job for a lost one."""
+    with _jobs_api(job_id):
+        try:
+            return client.get_job_status(job_id)
+        except RuntimeError as exc:
+            if "status code 404" in str(exc):  # Ray raises every answer but 200 as RuntimeError
+                return None
+            raise
+
+
+@contextlib.contextmanager
+def _jobs_api(job_id: str) -> Iterator[None]:
+    """Failures to reach the Jobs API as one ParallelStepsError line."""
     try:
-        return client.get_job_status(job_id)
-    except RuntimeError:  # Ray answers an unknown job with HTTP 404, raised as RuntimeError
-        return None
+        yield
+    except (RuntimeError, requests.RequestException) as exc:
+        raise ParallelStepsError(
+            f"the Ray Jobs API did not answer about job {job_id}: {_last_line(str(exc), exc)}"
+        ) from None
 
 
 def _read_record(run_dir: Path) -> tuple[str, str]:
