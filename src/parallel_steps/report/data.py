@@ -25,7 +25,6 @@ LISTED_MINI_BATCHES = 100  # per error group; the count is always complete
 TRACEBACK_CHARS = 6_000
 MAX_RSS_LINES = 16  # worker memory lines on the resources chart (the largest)
 _NICE_WIDTHS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
-_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 # The page's data -----------------------------------------------------------------------------------

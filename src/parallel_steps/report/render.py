@@ -207,7 +207,7 @@ def report_markdown(summary: Mapping[str, Any]) -> str:
         "",
         key_figures(summary) + ".",
         "",
-        f"Report: `{summary.get('report')}`" if summary.get("report") else "No report was written (`report: false`).",
+        _report_line(summary),
     ]
     if summary.get("reused"):
         return "\n".join([*lines, "", "The whole step was reused from an earlier run: nothing ran."]) + "\n"
@@ -234,3 +234,11 @@ def report_markdown(summary: Mapping[str, Any]) -> str:
 def _cell(text: Any) -> str:
     """Text safe inside a markdown table cell or code span."""
     return str(text or "").replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def _report_line(summary: Mapping[str, Any]) -> str:
+    if summary.get("report"):
+        return f"Report: `{summary['report']}`"
+    if not summary.get("config", {}).get("report", True):
+        return "No report was written (`report: false`)."
+    return "The report could not be written (see `logs/sys/master_role.txt`)."
