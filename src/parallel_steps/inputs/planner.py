@@ -27,8 +27,8 @@ from .pieces import cut_file
 from .storage import GLOB_CHARS, Stat, is_url, list_url
 from .tables import read_table, row_count
 
-_IGNORED_PREFIXES = (".", "_")
-_RUN = 10_000  # paths listed at a time  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
+_IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
+_RUN = 10_000  # paths listed at a time
 
 
 @dataclass
