@@ -17,9 +17,10 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
@@ -40,18 +41,6 @@ PROCESSED_COLUMNS = [
 _HANG_DUMP = "stacks of every thread:"  # ends the header of a section a faulthandler dump follows
 _SECTION = "--- "  # starts every section of a worker's error log
 _POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class WorkerLogPaths:
-    """The files of one worker process (`processNNN` on a node)."""
-
-    stdout: Path
-    stderr: Path
-    entry_script_log: Path
-    error: Path
-    mini_batches: Path
-    profile: Path
 
 
 class RunLogs:

@@ -18,19 +18,13 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ..protocol import Part as Part  # carried in outcomes; written and read here
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
-
-
-class Part(NamedTuple):
-    """A slice of a spool file holding one mini-batch's rows."""
-
-    path: str
-    offset: int
-    length: int
 
 
 def count_rows(result: Any) -> int:
