@@ -15,6 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray
 
+from ..protocol import FromWorker
 from .ray_actor import Mailbox
 
 
@@ -63,8 +64,8 @@ class RayRefs:
         ready.sort(key=lambda ref: self._refs[ref][0] != "mail")
         return ready
 
-    def mail(self, ref: Any) -> list[tuple[str, tuple[Any, ...]]]:
-        """The (sender, message) pairs a done take() of the mailbox brought; waits for the next ones."""
+    def mail(self, ref: Any) -> list[tuple[str, FromWorker]]:
+        """The (sender's worker id, message) pairs a done take() of the mailbox brought; waits for the next ones."""
         self._take_mail()
-        messages: list[tuple[str, tuple[Any, ...]]] = ray.get(ref)
+        messages: list[tuple[str, FromWorker]] = ray.get(ref)
         return messages
