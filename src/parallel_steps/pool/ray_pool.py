@@ -186,24 +186,25 @@ class RayWorkerPool(WorkerPool):
         handle = self._handles.get(worker_id)
         if handle is None or not handle.slot.taking_results:
             return
-        if not isinstance(message, WorkerLoaded | WorkerHangTimeout | WorkerOverMemory):
-            return  # the others are start()'s reply and a local worker's
-        position = handle.slot.position(message.mini_batch, message.attempt)
-        if position is None:
-            return
-        if position:  # the actor runs this one, so the ones before it are done: take them first
-            self._take_results(handle, list(handle.slot.held.values())[position - 1].ref)
-            if handle.info.id not in self._handles:
-                return
         match message:
-            case WorkerLoaded():
+            case WorkerLoaded() if self._runs(handle, message.mini_batch, message.attempt):
                 self._events.append(ItemsLoaded(handle.info, message.mini_batch, message.items))
-            case WorkerHangTimeout():
+            case WorkerHangTimeout() if self._runs(handle, message.mini_batch, message.attempt):
                 limit = handle.slot.set_hang_timeout(message.seconds, time.monotonic())
                 self._events.append(HangTimeoutChanged(handle.info, limit))
-            case WorkerOverMemory():
+            case WorkerOverMemory() if self._runs(handle, message.mini_batch, message.attempt):
                 handle.slot.over_memory(message.rss, self.settings.memory_limit or 0)
                 self._give_up(handle)
+
+    def _runs(self, handle: RayActorHandle, index: int, attempt: int) -> bool:
+        """Whether the actor still runs that attempt. It does, so the ones held before it are done:
+        their results are taken first."""
+        position = handle.slot.position(index, attempt)
+        if position is None:
+            return False
+        if position:
+            self._take_results(handle, list(handle.slot.held.values())[position - 1].ref)
+        return handle.info.id in self._handles
 
     # Losing workers ---------------------------------------------------------------------------
 
