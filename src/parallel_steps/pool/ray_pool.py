@@ -52,7 +52,7 @@ from .ray_actor import ParallelStepsWorker
 from .ray_connect import RayConnection
 from .ray_handle import RayActorHandle
 from .ray_nodes import RayNodes
-from .ray_refs import RayRefs
+from .ray_refs import Answers, RayRefs
 from .ray_shutdown import remove_side_input_copies, stop_actors
 from .slots import Due, WorkerState, died_in_init_detail, next_wakeup
 
@@ -100,7 +100,7 @@ class RayWorkerPool(WorkerPool):
         handle = self._handles[info.id] = RayActorHandle.start(
             self._actor_class, info, node, gpu, spec, environment, self._refs.mailbox, self.settings.memory_limit
         )
-        self._refs.add(handle.start_ref, "start", info.id)
+        self._refs.add(handle.start_ref, Answers.START, info.id)
 
     def replace(self, worker: WorkerInfo) -> None:
         self._check_open()
@@ -118,7 +118,7 @@ class RayWorkerPool(WorkerPool):
         handle = self._ready(worker)
         if handle is None:
             return
-        self._refs.add(handle.send(mini_batch, attempt, timeout), "run", worker.id)
+        self._refs.add(handle.send(mini_batch, attempt, timeout), Answers.RUN, worker.id)
 
     def next_events(self, timeout: float) -> list[Event]:
         end = time.monotonic() + timeout
@@ -142,19 +142,19 @@ class RayWorkerPool(WorkerPool):
     def _poll(self, timeout: float) -> None:
         """Take every ref that is done; when none is, wait (up to `timeout`) for the first one."""
         for ref in self._refs.ready(timeout):
-            answers = self._refs.pop(ref)  # None: taken already with an earlier one of its worker
-            if answers is not None:
-                self._handle_ready(ref, *answers)
+            entry = self._refs.pop(ref)  # None: taken already with an earlier one of its worker
+            if entry is not None:
+                self._handle_ready(ref, *entry)
 
-    def _handle_ready(self, ref: Any, kind: str, worker_id: str) -> None:
-        if kind == "mail":
+    def _handle_ready(self, ref: Any, answers: Answers, worker_id: str) -> None:
+        if answers is Answers.MAIL:
             for sender, message in self._refs.mail(ref):
                 self._handle_message(sender, message)
             return
         handle = self._handles.get(worker_id)
         if handle is None:
             return  # a worker already given up (timed out, or lost with its node)
-        if kind == "start":
+        if answers is Answers.START:
             handle.start_ref = None
             try:
                 self._started(handle, ray.get(ref))
