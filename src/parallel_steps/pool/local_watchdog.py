@@ -2,9 +2,10 @@
 
 A run() past its deadline gets its stacks written to the error log, then a SIGKILL
 after a short grace (`slots.DUMP_GRACE_S`); a worker above `worker_memory_limit` is
-killed at once. The watchdog only gives the worker up in its books (`slots.Slot`) and kills it: the pool learns
-of the death from the worker's sentinel, as of any other, and reports it then. Apart
-from the pool's loop so that what is enforced, and when to look again, has one owner.
+killed at once. The watchdog only gives the worker up in its books (`slots.Slot`) and
+kills it: the pool learns of the death from the worker's sentinel, as of any other, and
+reports it then. Apart from the pool's loop so that what is enforced, and when to look
+again, has one owner; the rules themselves are the slots'.
 """
 
 from __future__ import annotations
