@@ -3,7 +3,7 @@ policy, lost workers, cancels, progress and events, the no-progress timeout.
 
 A real `Driver` with a real ledger, run logs, `Reporter` and `Counters`; only the pool is fake.
 `FakePool` keeps the worker pool contract (pool/base.py; the same contract the pool contract
-suite, tests/ray/test_pool_contract.py, checks on the real pools) and plays a table of what each
+suite, tests/contract/test_pool_contract.py, checks on the real pools) and plays a table of what each
 attempt of each mini-batch does. Time is a fake clock the pool moves forward while it "waits",
 so the time-based policies are exact and nothing sleeps.
 """
