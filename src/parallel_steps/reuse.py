@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from . import __version__
 from .checks import Checked
 from .config import ParallelRunConfig
 from .driver.health import threshold_breach
@@ -35,6 +34,7 @@ from .store.output import link_or_copy
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, read_summary
 from .summary import Counters, RunSummary
+from .version import __version__
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
 RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action")

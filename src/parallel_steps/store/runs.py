@@ -37,11 +37,6 @@ CREATE INDEX IF NOT EXISTS runs_by_code_key ON runs (code_key, status);
 """
 
 
-def default_run_root(run_root: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of run directories: `run_root`, else PARALLEL_STEPS_HOME, else ./.parallel_steps."""
-    return Path(run_root or os.environ.get("PARALLEL_STEPS_HOME") or ".parallel_steps").absolute()
-
-
 def new_run_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
