@@ -126,8 +126,7 @@ class ParallelRunConfig(
     # The sections each layer takes -----------------------------------------
 
     def plan_settings(self) -> PlanSettings:
-        keys = tuple(self.partition_keys) if self.partition_keys else None
-        return PlanSettings(tuple(self.inputs), self.batch_size, keys, self.reuse_fingerprint)
+        return PlanSettings(self.inputs, self.batch_size, self.partition_keys, self.reuse_fingerprint)
 
     def thresholds(self) -> Thresholds:
         return Thresholds(**{name: getattr(self, name) for name in OUTCOME_FIELDS})

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 class PlanSettings:
     """How the inputs are cut into mini-batches (`inputs/planner.py`)."""
 
-    inputs: tuple[Dataset, ...]
+    inputs: list[Dataset]  # lists, as the planners take them (the config's own, not copied)
     batch_size: int  # files per mini-batch, or bytes per mini-batch for tabular inputs
-    partition_keys: tuple[str, ...] | None
+    partition_keys: list[str] | None
     fingerprint: str  # reuse_fingerprint: stat or content
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import InputError, ParallelStepsError
+from ..summary import RunStatus
 
-ACTIVE = ("Queued", "Running")
+ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
 STEP_FILE = "step.json"  # in a run directory: the configuration of a detached run
 CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
