@@ -215,7 +215,7 @@ class _StepRun:
                 ):
                     return summary
                 return self._run(index, scope, self.run.ledger.pending(), None)
-            # Nothing to reuse: the workers start, and run the plan while the driver has it written (_write_plan).
+            # Nothing to reuse: the workers start at once; the driver has the plan written as it needs more (_write_plan).
             self.plan.start_streaming()
             return self._run(index, scope, iter(()), scope.enter_context(self.workers.pool()))
 
