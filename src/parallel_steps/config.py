@@ -126,12 +126,15 @@ class ParallelRunConfig(
     # The sections each layer takes -----------------------------------------
 
     def plan_settings(self) -> PlanSettings:
+        """What the planner reads: the inputs and how they are cut into mini-batches."""
         return PlanSettings(self.inputs, self.batch_size, self.partition_keys, self.reuse_fingerprint)
 
     def thresholds(self) -> Thresholds:
+        """The fields that decide Succeeded or Failed for the same results."""
         return Thresholds(**{name: getattr(self, name) for name in OUTCOME_FIELDS})
 
     def driver_policy(self) -> DriverPolicy:
+        """What the driver decides by: thresholds, retries and timeouts."""
         return DriverPolicy(
             thresholds=self.thresholds(),
             fault_tolerant_policy=self.fault_tolerant_policy,
@@ -145,6 +148,7 @@ class ParallelRunConfig(
         )
 
     def pool_config(self) -> PoolConfig:
+        """What choosing and sizing a worker pool reads."""
         return PoolConfig(
             backend=self.backend,
             ray_address=self.ray_address,
