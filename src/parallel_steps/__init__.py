@@ -9,13 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
     "ParallelRunStep": "parallel_steps.step",
     "run_step": "parallel_steps.step",
-    "load_job": "parallel_steps.azure.job",
+    "load_job": "parallel_steps.config",
     "FileDataset": "parallel_steps.inputs.datasets",
     "TabularDataset": "parallel_steps.inputs.datasets",
     "EntryScript": "parallel_steps.worker.entry_script",
@@ -41,8 +41,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .azure.job import load_job
-    from .config import ParallelRunConfig
+    from .config import ParallelRunConfig, load_job
     from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
     from .inputs.datasets import FileDataset, TabularDataset
     from .step import ParallelRunStep, run_step

@@ -26,6 +26,7 @@ from typing import Any
 
 from .checks import check_inputs
 from .config import ParallelRunConfig
+from .config_types import default_run_root
 from .environment import public_config
 from .errors import ConfigError, InputError, ParallelStepsError
 from .store.ledger import Ledger
@@ -35,7 +36,6 @@ from .store.runs import (
     CALLABLES_FILE,
     STEP_FILE,
     RunIndex,
-    default_run_root,
     driver_alive,
     new_run_id,
     read_ray_job,

@@ -27,9 +27,8 @@ from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Rep
 from .environment import public_config
 from .errors import ConfigError, InputError, StepFailed
 from .inputs.minibatch import MiniBatch
-from .inputs.planner import Planner
 from .inputs.storage import upload
-from .plan import RunPlan
+from .plan import RunPlan, planner_for
 from .platform import require_linux
 from .pool.base import WorkerPool
 from .report import write_run_report
@@ -39,7 +38,7 @@ from .store.logs import timestamp
 from .store.output import assemble
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
-from .summary import RunSummary, summarize
+from .summary import RunStatus, RunSummary, summarize
 
 if TYPE_CHECKING:
     from .jobs import RunHandle
@@ -83,7 +82,7 @@ def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -
     """The step's reuse key (DESIGN.md section 6), computed without running: equal keys mean an
     earlier successful run's output is reused. Integrations use it as their cache key."""
     code = step_code_key(config, check_step(config, entry_callables), entry_callables)
-    planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
+    planner = planner_for(config.plan_settings())
     return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
 
 
@@ -181,7 +180,7 @@ class _StepRun:
             summary = self._execute(RunIndex(self.run_root))
         finally:
             self.run.release()
-        if summary["status"] != "Succeeded" and not summary["reused"]:
+        if summary.status != RunStatus.SUCCEEDED and not summary.reused:
             raise StepFailed(summary)
         return summary
 
@@ -189,7 +188,7 @@ class _StepRun:
         """Plan and run in the locked run directory; what is left of it afterwards."""
         self.run.drop_stale_cancel(self.started_at)
         self.workers = RunWorkers(self.config, self.checked, self.entry_callables, self.run)
-        self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
+        self.plan = RunPlan(self.config.plan_settings(), self.run.ledger, self.run.run_id, self.run.resumed)
         try:
             summary = self._plan_and_run(index)
         except (InputError, ConfigError):  # a user error, found before any mini-batch ran: leave no trace
@@ -198,7 +197,7 @@ class _StepRun:
             raise
         finally:
             index.close()
-        if summary["reused"]:
+        if summary.reused:
             self.run.keep_reused(summary) if self.run.chosen else self.run.discard()
         return summary
 
@@ -216,8 +215,9 @@ class _StepRun:
                 ):
                     return summary
                 return self._run(index, scope, self.run.ledger.pending(), None)
-            # Nothing to reuse: the workers start, and run the plan while it is being written.
-            return self._run(index, scope, self.plan.streamed(self._log_plan), scope.enter_context(self.workers.pool()))
+            # Nothing to reuse: the workers start at once; the driver has the plan written as it needs more (_write_plan).
+            self.plan.start_streaming()
+            return self._run(index, scope, iter(()), scope.enter_context(self.workers.pool()))
 
     def _sources(self, index: RunIndex) -> ReuseSources:
         run = self.run
@@ -228,7 +228,7 @@ class _StepRun:
         self, index: RunIndex, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
     ) -> RunSummary:
         run, logs = self.run, self.run.logs
-        index.register(run.run_id, self.config.name, run.path, "Running", self.code)
+        index.register(run.run_id, self.config.name, run.path, RunStatus.RUNNING, self.code)
         self.log = log = logs.master_logger(run.run_id)
         self.report = Reporter(logs, log, self.on_progress, self.on_event)
         log.info("run %s of step %s in %s", run.run_id, self.config.name, run.path)
@@ -237,12 +237,12 @@ class _StepRun:
             log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
         if not self.plan.counters.planning:
             self._log_plan()
-        running = self._summary("Running", "running")
+        running = self._summary(RunStatus.RUNNING, "running")
         write_summary(run.path, RunSummary(**running, pid=os.getpid(), host=os.uname().nodename))
         while True:
             try:
                 status, reason = self._drive(scope, pending, pool)
-                if status == "Succeeded":
+                if status == RunStatus.SUCCEEDED:
                     self._deliver_output()
                 break
             except (ConfigError, InputError):  # found when the workers start (e.g. a bad ray_address)
@@ -252,7 +252,7 @@ class _StepRun:
                 log.exception("system error")
                 scope.close()
                 if len(self.restarts) >= self.config.max_job_restarts:
-                    status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
+                    status, reason = RunStatus.FAILED, f"system error: {type(exc).__name__}: {exc}"
                     break
                 pending, pool = self._restart(exc, index), None
         summary = self._summary(status, reason)
@@ -271,24 +271,28 @@ class _StepRun:
         self.run.logs.flush()
         self.run.ledger.rollback()
         self.run.resumed = True
-        self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
+        self.plan = RunPlan(self.config.plan_settings(), self.run.ledger, self.run.run_id, self.run.resumed)
         self.plan.whole(self._sources(index))
         self._log_plan()
         return self.run.ledger.pending()
 
     def _drive(
         self, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
-    ) -> tuple[str, str]:
+    ) -> tuple[RunStatus, str]:
         counters = self.plan.counters
         if not counters.planning and counters.done == counters.mini_batches_total:
             self.log.info("every mini-batch was reused; no worker started")
-            breach = threshold_breach(self.config, counters)
-            return ("Failed", breach) if breach else ("Succeeded", "every mini-batch was reused from earlier runs")
+            breach = threshold_breach(self.config.thresholds(), counters)
+            if breach:
+                return RunStatus.FAILED, breach
+            return RunStatus.SUCCEEDED, "every mini-batch was reused from earlier runs"
         self.run.make_output_dir()
         pool = pool or scope.enter_context(self.workers.pool())
         with self.workers.monitor(pool):
+            write_plan = self._write_plan if counters.planning else None
+            policy = self.config.driver_policy()
             driver = Driver(
-                self.config, self.run.ledger, pool, pending, counters, self.report, self.cancel, self.run.path
+                policy, self.run.ledger, pool, pending, counters, self.report, self.cancel, self.run.path, write_plan
             )
             status, reason = driver.run()
         pool.close(self._shutdown_grace(status))  # workers stop (and run shutdown()) before the output
@@ -302,10 +306,10 @@ class _StepRun:
             self.report.emit("shutdown_cut_off", worker=worker)
         return status, reason
 
-    def _shutdown_grace(self, status: str) -> float:
+    def _shutdown_grace(self, status: RunStatus) -> float:
         """How long idle workers' shutdown() may take: the configured bound, shorter after a cancel,
         none after a second cancel."""
-        if status != "Canceled":
+        if status != RunStatus.CANCELED:
             return self.config.shutdown_seconds
         return 0.0 if getattr(self.cancel, "urgent", False) else min(self.config.shutdown_seconds, CANCEL_GRACE_S)
 
@@ -320,6 +324,13 @@ class _StepRun:
             upload(run.output_dir, run.output_url)
             self.log.info("output uploaded to %s", run.output_url)
 
+    def _write_plan(self) -> list[MiniBatch]:
+        """The plan's next chunk, written into the ledger, for the driver; the plan is logged once complete."""
+        chunk = self.plan.write_next_chunk()
+        if not chunk:
+            self._log_plan()
+        return chunk
+
     # Records ----------------------------------------------------------------------------------
 
     def _log_plan(self) -> None:
@@ -333,7 +344,7 @@ class _StepRun:
         for note in self.plan.notes:
             self.log.warning("plan: %s", note)
 
-    def _summary(self, status: str, reason: str) -> RunSummary:
+    def _summary(self, status: RunStatus, reason: str) -> RunSummary:
         run = self.run
         return summarize(
             self.plan.counters,
@@ -345,7 +356,7 @@ class _StepRun:
                 name=self.config.name,
                 run_dir=str(run.path),
                 output=run.output_url or str(run.output_dir),
-                output_file=self.output_file if status == "Succeeded" else None,
+                output_file=self.output_file if status == RunStatus.SUCCEEDED else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
                 metrics_logged=count_metrics(run.logs.root),
                 shutdown_cut_off=self.shutdown_cut_off,
@@ -358,9 +369,9 @@ class _StepRun:
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:
         run, logs = self.run, self.run.logs
         fingerprints = run.ledger.fingerprints()
-        if summary["status"] == "Succeeded" and all(fingerprints):  # whole-step reuse finds it by this key
+        if summary.status == RunStatus.SUCCEEDED and all(fingerprints):  # whole-step reuse finds it by this key
             index.update(run.run_id, step_key=step_key(self.code, fingerprints))
-        run.ledger.set(status=summary["status"])
+        run.ledger.set(status=summary.status.value)
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
         summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
@@ -368,6 +379,6 @@ class _StepRun:
         logs.write_result(summary)
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
-        self.log.info("%s: %s", summary["status"], summary["status_reason"])
+        self.log.info("%s: %s", summary.status, summary.status_reason)
         logs.close(self.log)
-        index.update(run.run_id, status=summary["status"], ended_at=time.time(), summary=summary)
+        index.update(run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)

@@ -17,10 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config import NAME_PATTERN, ParallelRunConfig
+from ..config_types import NAME_PATTERN
 from ..errors import ConfigError
 from ..inputs.storage import is_url
-from ..stepfile import read_yaml
 from .mltable import mltable_input
 
 log = logging.getLogger("parallel_steps.azure")
@@ -57,21 +56,6 @@ _JOB_KEYS += ("retry_settings", "max_concurrency_per_instance")
 _DATA_TYPES = ("uri_folder", "uri_file", "mltable", "custom_model", "mlflow_model")
 _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
-
-
-def load_job(path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
-    """The configuration of an Azure ML v2 `type: parallel` job file, run with `run_step` or
-    `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in `with_overrides`.
-
-    Example:
-        >>> config = load_job("jobs/iris.yml", process_count_per_node=2)
-    """
-    data = read_yaml(path, "job file")
-    if "type" not in data:
-        raise ConfigError(
-            "type", "is missing: this is not an Azure ML job file", "a step file: ParallelRunConfig.from_yaml"
-        )
-    return ParallelRunConfig.from_dict({**job_fields(data, Path(path)), **overrides})
 
 
 def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
