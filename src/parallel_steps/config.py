@@ -18,6 +18,7 @@ from pydantic.config import JsonDict
 from .errors import ConfigError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
 from .inputs.partitions import PartitionFormat
+from .masking import mask_urls
 from .stepfile import read_yaml, resolve_paths
 from .store.runs import default_run_root
 
@@ -95,6 +96,12 @@ class ParallelRunConfig(BaseModel):
     arguments: list[str] = Field(default_factory=list, description="Arguments passed to the entry script in sys.argv.")
     environment_variables: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for every worker."
+    )
+    storage_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="URL prefix (s3://bucket/in, or a scheme alone: abfs://): the fsspec filesystem's options for "
+        "the URLs it covers (the longest prefix wins), e.g. {key: ..., secret: ${env:AWS_SECRET}}; values are "
+        "masked wherever environment_variables are.",
     )
 
     # Partitioning.
@@ -336,6 +343,20 @@ class ParallelRunConfig(BaseModel):
             if not name or "=" in name or "\0" in name + text:
                 raise ValueError(f"{name!r} is not a valid variable (names are not empty, hold no '='; no NUL)")
         return value
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _storage_options(cls, value: Any) -> Any:
+        for prefix, options in (value or {}).items() if isinstance(value, dict) else ():
+            if not isinstance(prefix, str) or "://" not in prefix:
+                raise ValueError(
+                    f"{mask_urls(str(prefix))!r} is not a URL prefix (e.g. s3://bucket/in, or s3:// for every bucket)"
+                )
+            if not isinstance(options, dict):
+                raise ValueError(
+                    f"{mask_urls(prefix)}: the options are a mapping (e.g. {{key: ..., secret: ${{env:AWS_SECRET}}}})"
+                )
+        return value or {}
 
     @field_validator("partition_keys", mode="before")
     @classmethod

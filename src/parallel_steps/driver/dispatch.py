@@ -69,6 +69,8 @@ class Driver:
         self.health = JobHealth(config, counters, self.errors, settings.node_count, settings.process_count_per_node)
         self.outcomes = Outcomes(ledger, counters, self.policy, self.errors, self.health, report)
         self._pending = pending  # in plan order, each already in the ledger
+        # Files named by URLs: a worker holds the next mini-batch too, and fetches its files while run() works.
+        self._prefetch = not config.is_tabular and any("://" in p for d in config.inputs for p in d.path)
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
@@ -136,7 +138,7 @@ class Driver:
             return 2
         typical = math.exp(self._log_duration)
         if typical >= 0.05:
-            return 1
+            return 2 if self._prefetch else 1
         return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:

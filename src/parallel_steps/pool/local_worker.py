@@ -101,6 +101,8 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
         except EOFError:
             break
         mini_batch, attempt = queue.popleft()
+        if queue:
+            runtime.prefetch(queue[0][0])  # its files named by URLs are fetched while this one runs
         marker.set(mini_batch.index, time.monotonic())
         outcome = runtime.run(
             mini_batch, attempt, on_loaded=functools.partial(results.send, "loaded", mini_batch.index)
