@@ -18,9 +18,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 #: Azurite's well-known development account (public: it is in Microsoft's documentation).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -132,15 +134,17 @@ class FaultProxy:
 
     `down()` closes its port and drops open connections (clients get "connection refused", as while a
     service restarts) and `up()` listens again on the same port; `fail_every = n` answers every n-th
-    request with 503 SlowDown (S3's throttling answer) instead of forwarding it. It counts the requests
-    forwarded and the response body bytes they fetched (`bytes_fetched`), by method.
+    request with 503 SlowDown (S3's throttling answer) instead of forwarding it, and `fail_methods`
+    every request of those methods. It records the requests forwarded (`requests`: method, path) and
+    the response body bytes they fetched (`bytes_fetched`).
     """
 
     def __init__(self, upstream_port: int):
         self.upstream_port, self.port = upstream_port, free_port()
         self.fail_every = 0
+        self.fail_methods: set[str] = set()
         self.failed = 0
-        self.requests: dict[str, int] = {}
+        self.requests: list[tuple[str, str]] = []
         self.bytes_fetched = 0
         self._seen = 0
         self._lock = threading.Lock()
@@ -158,7 +162,7 @@ class FaultProxy:
         class Handler(_ForwardingHandler):
             owner = proxy
 
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server = _QuietServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True, name="fault-proxy")
@@ -176,19 +180,27 @@ class FaultProxy:
 
     def reset_counts(self) -> None:
         with self._lock:
-            self.requests, self.bytes_fetched = {}, 0
+            self.requests, self.bytes_fetched = [], 0
 
-    def _should_fail(self) -> bool:
+    def count(self, method: str) -> int:
+        return sum(1 for seen, _ in self.requests if seen == method)
+
+    def _should_fail(self, method: str) -> bool:
         with self._lock:
             self._seen += 1
-            fail = bool(self.fail_every) and self._seen % self.fail_every == 0
+            fail = method in self.fail_methods or (bool(self.fail_every) and self._seen % self.fail_every == 0)
             self.failed += fail
             return fail
 
-    def _count(self, method: str, nbytes: int) -> None:
+    def _count(self, method: str, path: str, nbytes: int) -> None:
         with self._lock:
-            self.requests[method] = self.requests.get(method, 0) + 1
+            self.requests.append((method, path))
             self.bytes_fetched += nbytes
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that went away (a dropped connection is what `down()` is for)
 
 
 class _ForwardingHandler(BaseHTTPRequestHandler):
@@ -226,7 +238,7 @@ class _ForwardingHandler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
-        if self.owner._should_fail():
+        if self.owner._should_fail(self.command):
             payload = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
             self.send_response(503, "Slow Down")
             self.send_header("Content-Type", "application/xml")
@@ -253,7 +265,7 @@ class _ForwardingHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-        self.owner._count(self.command, len(data))
+        self.owner._count(self.command, self.path, len(data))
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
@@ -274,3 +286,100 @@ def environment(variables: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+# Stores as the tests see them ------------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """One place a test keeps data: a local folder (file://), a moto bucket (s3://) or an Azurite container
+    (abfs://). `options` are the fsspec options a step gives in `storage_options` for `scheme`, with
+    `${env:NAME}` references whose values are `env` (set them in the environment of the run)."""
+
+    name: str
+    scheme: str
+    root: str  # the bucket's or folder's URL
+    options: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def url(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def resolved_options(self) -> dict[str, Any]:
+        return {
+            key: self.env[value[6:-1]] if isinstance(value, str) and value.startswith("${env:") else value
+            for key, value in self.options.items()
+        }
+
+    def filesystem(self):
+        import fsspec
+
+        return fsspec.filesystem(self.scheme.removesuffix("://"), **self.resolved_options())
+
+    def storage_options(self) -> dict[str, dict[str, Any]]:
+        """The step's `storage_options` for this store ({} for local files)."""
+        return {self.scheme: dict(self.options)} if self.options else {}
+
+    def put(self, local: Path, *parts: str) -> str:
+        """Copy a local file or folder (recursively) into the store; returns its URL."""
+        url = self.url(*parts)
+        fs, inner = self.filesystem(), url.split("://", 1)[1]
+        if self.name == "file":
+            inner = "/" + inner.lstrip("/")
+        files = sorted(p for p in local.rglob("*") if p.is_file()) if local.is_dir() else [local]
+        for path in files:
+            target = inner if path == local else f"{inner}/{path.relative_to(local).as_posix()}"
+            if self.name == "file":
+                fs.makedirs(fs._parent(target), exist_ok=True)
+            fs.put_file(str(path), target)
+        return url
+
+    def read_bytes(self, url: str) -> bytes:
+        data: bytes = self.filesystem().cat_file(self._inner(url))
+        return data
+
+    def write_bytes(self, url: str, data: bytes) -> None:
+        self.filesystem().pipe_file(self._inner(url), data)
+
+    def listing(self, url: str) -> list[str]:
+        fs = self.filesystem()
+        return sorted(fs.unstrip_protocol(name) for name in fs.find(self._inner(url)))
+
+    def _inner(self, url: str) -> str:
+        inner = url.split("://", 1)[1]
+        return "/" + inner.lstrip("/") if self.name == "file" else inner
+
+
+def s3_store(endpoint: str, bucket: str) -> Store:
+    """A moto bucket reached through `storage_options` only (no AWS_* variable is needed)."""
+    options = {"key": "testing", "secret": "${env:PS_TEST_S3_SECRET}", "endpoint_url": endpoint}
+    store = Store("s3", "s3://", f"s3://{bucket}", options, {"PS_TEST_S3_SECRET": "testing-secret"})
+    store.filesystem().mkdir(bucket)
+    return store
+
+
+def azure_store(endpoint: str, container: str) -> Store:
+    """An Azurite container reached through `storage_options` only (the development account's key)."""
+    options = {"connection_string": "${env:PS_TEST_AZURE_CONNECTION}"}
+    env = {"PS_TEST_AZURE_CONNECTION": azurite_env(endpoint)["AZURE_STORAGE_CONNECTION_STRING"]}
+    store = Store("azure", "abfs://", f"abfs://{container}", options, env)
+    store.filesystem().mkdir(container)
+    return store
+
+
+@contextlib.contextmanager
+def started_servers(folder: Path) -> Iterator[tuple[Server, Server]]:
+    """moto and Azurite, started side by side (each takes seconds to start), stopped at the end."""
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(start_moto, folder), pool.submit(start_azurite, folder)]
+    servers = [future.result() for future in futures if future.exception() is None]
+    if len(servers) < 2:
+        for server in servers:
+            server.stop()
+        raise next(future.exception() for future in futures if future.exception() is not None)  # type: ignore[misc]
+    try:
+        yield servers[0], servers[1]
+    finally:
+        for server in servers:
+            server.stop()

@@ -24,7 +24,7 @@ from .fingerprints import file_identity, file_token, files_fingerprint
 from .minibatch import MiniBatch
 from .partitions import PartitionFormat, below, hive_values
 from .pieces import cut_file
-from .storage import GLOB_CHARS, RemoteStat, Stat, is_url, list_detailed
+from .storage import RemoteStat, Stat, has_glob, is_url, list_detailed
 from .tables import read_table, row_count
 
 _IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
@@ -228,7 +228,7 @@ def iter_listed_runs(
     """The runs of `iter_file_runs`, each with its files' stats where the listing gave them (URLs: one
     detailed listing); None for local files, which are statted only when a fingerprint is wanted."""
     for spec in paths:
-        is_glob = bool(GLOB_CHARS & set(spec))
+        is_glob = has_glob(spec)
         if is_url(spec):
             listed = [(url, st) for url, st in list_detailed(spec) if not (skip_hidden and _hidden(url, spec))]
             if not listed:

@@ -44,6 +44,13 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
+def has_glob(path: str) -> bool:
+    """Whether a path or URL is a glob pattern (an http(s) URL's `?` starts its query: not a pattern)."""
+    if path.startswith(("http://", "https://")):
+        path = path.split("?", 1)[0]
+    return bool(GLOB_CHARS & set(path))
+
+
 def any_url(paths: Iterable[str]) -> bool:
     """Whether any of `paths` is a URL, in one search (a worker asks it for every mini-batch)."""
     return "://" in "\n".join(paths)
@@ -66,7 +73,7 @@ def list_detailed(url: str) -> list[tuple[str, RemoteStat]]:
     sorted, from the store's listing (no request per object)."""
     filesystem, inner = filesystem_of(url)
     try:
-        if GLOB_CHARS & set(inner):
+        if has_glob(inner):
             infos: dict[str, dict[str, Any]] = {}
             for name, info in retried(lambda: filesystem.glob(inner, detail=True)).items():
                 if info.get("type") == "directory":
@@ -75,6 +82,8 @@ def list_detailed(url: str) -> list[tuple[str, RemoteStat]]:
                     infos[name] = info
         else:
             infos = retried(lambda: filesystem.find(inner, detail=True))
+            if isinstance(infos, list):  # adlfs names a single object without its details
+                infos = {name: retried(functools.partial(filesystem.info, name)) for name in infos}
     except (FileNotFoundError, NotADirectoryError):
         infos = {}
     except OSError as exc:
@@ -94,16 +103,22 @@ def list_url(url: str) -> list[str]:
 def _listed_url(filesystem: Any, url: str, inner: str, name: str) -> str:
     """A listed object's URL written as the user wrote the one listed (`abfs://c@account.../x` keeps its
     account, so its `storage_options` prefix still matches), else as fsspec writes it."""
-    cut = min((inner.find(c) for c in GLOB_CHARS if c in inner), default=-1)
-    inner_base = inner[:cut].rsplit("/", 1)[0] if cut >= 0 else inner.rstrip("/")
-    url_cut = min((url.find(c) for c in GLOB_CHARS if c in url.split("://", 1)[1]), default=-1)
-    url_base = url[:url_cut].rsplit("/", 1)[0] if url_cut >= 0 else url.rstrip("/")
+    inner_base, url_base = _glob_base(inner), _glob_base(url)
     if name == inner_base:
         return url_base
     if name.startswith(inner_base + "/") and url_base.endswith(inner_base.split("/", 1)[-1]):
         return url_base + name[len(inner_base) :]
     unstripped: str = filesystem.unstrip_protocol(name)
     return unstripped
+
+
+def _glob_base(path: str) -> str:
+    """The folder a glob pattern starts in (the path itself, less a trailing `/`, when it is none)."""
+    if not has_glob(path):
+        return path.rstrip("/")
+    head = path.split("://", 1)[-1]
+    cut = min(head.find(c) for c in GLOB_CHARS if c in head) + len(path) - len(head)
+    return path[:cut].rsplit("/", 1)[0]
 
 
 def open_input(path: str, size: int | None = None) -> BinaryIO:
