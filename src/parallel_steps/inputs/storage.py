@@ -88,8 +88,9 @@ def list_detailed(url: str) -> list[tuple[str, RemoteStat]]:
         infos = {}
     except OSError as exc:
         raise InputError(url, f"cannot list ({getattr(exc, 'strerror', None) or first_line(exc)})") from None
+    bases = _glob_base(inner), _glob_base(url)
     return sorted(
-        (_listed_url(filesystem, url, inner, name), remote_stat(info))
+        (_listed_url(filesystem, *bases, name), remote_stat(info))
         for name, info in infos.items()
         if info.get("type") != "directory" and not name.endswith("/")
     )
@@ -100,10 +101,9 @@ def list_url(url: str) -> list[str]:
     return [listed for listed, _ in list_detailed(url)]
 
 
-def _listed_url(filesystem: Any, url: str, inner: str, name: str) -> str:
+def _listed_url(filesystem: Any, inner_base: str, url_base: str, name: str) -> str:
     """A listed object's URL written as the user wrote the one listed (`abfs://c@account.../x` keeps its
     account, so its `storage_options` prefix still matches), else as fsspec writes it."""
-    inner_base, url_base = _glob_base(inner), _glob_base(url)
     if name == inner_base:
         return url_base
     if name.startswith(inner_base + "/") and url_base.endswith(inner_base.split("/", 1)[-1]):
