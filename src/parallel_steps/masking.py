@@ -5,6 +5,7 @@ summaries, the report and workers' tracebacks all mask with `mask_urls`.
 
 from __future__ import annotations
 
+import logging
 import re
 
 MASK = "***"
@@ -33,3 +34,16 @@ def _mask_one(match: re.Match[str]) -> str:
         query = _QUERY_VALUE.sub("=" + MASK, query) if "=" in query else MASK
         rest = path + mark + query + fragment
     return match.group("scheme") + rest
+
+
+class URLMaskingFilter(logging.Filter):
+    """Masks URLs' credentials in every record of a logger (and what it propagates to its host's handlers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "://" in message:
+            record.msg, record.args = mask_urls(message), None
+        return True
+
+
+URL_MASKING = URLMaskingFilter()

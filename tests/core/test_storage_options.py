@@ -2,6 +2,7 @@
 summary shows, one line for a mistake; and which storage errors are retried. No server needed."""
 
 import errno
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from parallel_steps.environment import public_config, secret_fields, storage_set
 from parallel_steps.errors import ConfigError, InputError
 from parallel_steps.inputs.retry import Backoff, is_transient
 from parallel_steps.masking import mask_urls
+from parallel_steps.step import run_step
 
 
 def _settings(options):
@@ -119,3 +121,16 @@ def test_retries_stop_when_the_window_is_over():
     pauses = [waits.pause(ConnectionResetError()) for _ in range(8)]
     assert pauses[0] <= 0.1
     assert max(pauses) <= 5.0
+
+
+def test_a_url_with_a_token_is_masked_in_the_run_log_and_summary(tmp_path, make_files, write_script):
+    make_files(2)
+    write_script("def run(mini_batch):\n    return mini_batch\n")
+    output = f"file://{tmp_path}/scores?sig=s3cr3t-token"
+    summary = run_step(ParallelRunConfig(entry_script="score.py", inputs=["data"], output=output))
+
+    assert summary["output"] == f"file://{tmp_path}/scores?sig=***"
+    run_dir = Path(summary["run_dir"])
+    assert "uploaded to " + summary["output"] in (run_dir / "logs" / "sys" / "master_role.txt").read_text()
+    for path in [path for path in run_dir.rglob("*") if path.is_file()]:
+        assert b"s3cr3t-token" not in path.read_bytes(), path

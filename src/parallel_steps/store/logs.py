@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..masking import URL_MASKING
+
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
     "mini_batch_id",
@@ -113,6 +115,7 @@ class RunLogs:
         """The driver's log (`sys/master_role.txt`), a child of `parallel_steps` so hosts see it too."""
         logger = logging.getLogger(f"parallel_steps.run.{run_id}")
         logger.setLevel(logging.INFO)
+        logger.addFilter(URL_MASKING)  # URLs' passwords and query strings, in every line
         self._master_handler = logging.FileHandler(self.master_role, encoding="utf-8")
         self._master_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(self._master_handler)
