@@ -117,13 +117,13 @@ def test_a_table_is_read_with_range_requests_of_its_row_groups(tmp_path, s3_env,
 
 def test_storage_restarting_and_throttling_mid_run_lose_nothing(tmp_path, s3_env, write_script, monkeypatch):
     through, direct, proxy = s3_env
-    inputs = _objects(direct, 120)
+    inputs = _objects(direct, 60)
     write_script(SCORE)
     monkeypatch.setenv("SCORE_SLEEP", "0.2")
     config = ParallelRunConfig(
         entry_script="score.py",
         inputs=[inputs],
-        mini_batch_size=4,
+        mini_batch_size=3,
         output=through.url("scores"),
         storage_options=through.storage_options(),
     )
@@ -133,11 +133,11 @@ def test_storage_restarting_and_throttling_mid_run_lose_nothing(tmp_path, s3_env
 
     def restart_when_running() -> None:
         seen = tmp_path / "seen.txt"
-        while not seen.exists() or len(seen.read_text().split()) < 20:
+        while not seen.exists() or len(seen.read_text().split()) < 12:
             time.sleep(0.05)
         scored_at_restart.append(len(seen.read_text().split()))
-        proxy.down()  # refused connections for 3 s, as while the service restarts
-        time.sleep(3)
+        proxy.down()  # refused connections for 2 s, as while the service restarts
+        time.sleep(2)
         proxy.up()
 
     restart = threading.Thread(target=restart_when_running, daemon=True)
@@ -146,13 +146,13 @@ def test_storage_restarting_and_throttling_mid_run_lose_nothing(tmp_path, s3_env
     restart.join(10)
 
     assert summary["status"] == "Succeeded", summary["status_reason"]
-    assert scored_at_restart[0] < 100  # the store went away while objects were read
+    assert scored_at_restart[0] < 45  # the store went away while objects were read
     assert not restart.is_alive()
     assert summary["mini_batches_failed"] == 0  # retried inside the fetch
     assert summary["attempts_retried"] == 0
-    assert proxy.failed > 10
+    assert proxy.failed > 5
     lines = direct.read_bytes(direct.url("scores", "parallel_run_step.txt")).decode().splitlines()
-    assert lines == [f"f{i:04d}.txt {i}" for i in range(120)]  # every row exactly once, in plan order
+    assert lines == [f"f{i:04d}.txt {i}" for i in range(60)]  # every row exactly once, in plan order
     assert direct.listing(direct.url("scores")) == [direct.url("scores", "parallel_run_step.txt")]
 
 
