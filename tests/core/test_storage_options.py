@@ -11,6 +11,7 @@ from parallel_steps.environment import public_config, secret_fields, storage_set
 from parallel_steps.errors import ConfigError, InputError
 from parallel_steps.inputs.retry import Backoff, is_transient
 from parallel_steps.masking import mask_urls
+from parallel_steps.overrides import trigger_overrides
 from parallel_steps.step import run_step
 
 
@@ -134,3 +135,8 @@ def test_a_url_with_a_token_is_masked_in_the_run_log_and_summary(tmp_path, make_
     assert "uploaded to " + summary["output"] in (run_dir / "logs" / "sys" / "master_role.txt").read_text()
     for path in [path for path in run_dir.rglob("*") if path.is_file()]:
         assert b"s3cr3t-token" not in path.read_bytes(), path
+
+
+def test_trigger_time_input_cannot_choose_storage_credentials():
+    with pytest.raises(ConfigError, match="storage_options: may not be set by trigger-time input"):
+        trigger_overrides({"storage_options": {"s3://": {"key": "theirs"}}}, True, "params_override={field!r}")
