@@ -68,15 +68,21 @@ class Planner:
     # Files ---------------------------------------------------------------
 
     def _file_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
-        size, group = self.batch_size, []
-        stats: list[RemoteStat | None] = []  # the listing's, None for a local file
+        size = self.batch_size
+        group: list[str] = []
+        stats: list[RemoteStat | None] | None = None  # the listing's (None for a local file), once a URL is listed
         for run, listed in iter_listed_runs(dataset.path):
+            if listed is not None and stats is None:
+                stats = [None] * len(group)
             group += run
-            stats += listed if listed is not None else [None] * len(run)
+            if stats is not None:
+                stats += listed if listed is not None else [None] * len(run)
             full = len(group) - len(group) % size
             for start in range(0, full, size):
-                yield self._files_piece(tuple(group[start : start + size]), stats[start : start + size])
-            group, stats = group[full:], stats[full:]
+                chunk = None if stats is None else stats[start : start + size]
+                yield self._files_piece(tuple(group[start : start + size]), chunk)
+            group = group[full:]
+            stats = None if stats is None else stats[full:]
         if group:
             yield self._files_piece(tuple(group), stats)
 
@@ -95,18 +101,21 @@ class Planner:
             piece = self._files_piece(tuple(path for path, _ in files), [stat for _, stat in files])
             yield dict(piece, keys=combo, read=dict(piece.get("read") or {}, key_columns=keys))
 
-    def _files_piece(self, paths: tuple[str, ...], listed: Sequence[RemoteStat | None]) -> dict[str, Any]:
+    def _files_piece(self, paths: tuple[str, ...], listed: Sequence[RemoteStat | None] | None) -> dict[str, Any]:
         """A file mini-batch. Deferred (a fresh run), local files are fingerprinted by their worker, and
-        listed objects travel with their tokens (from the listing) for the worker to fingerprint them."""
+        listed objects (`listed`: their stats, None for local files) travel with their tokens from the
+        listing for the worker to fingerprint them."""
         if self.defer_files:
-            if all(stat is None for stat in listed):
+            if listed is None or all(stat is None for stat in listed):
                 return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
             tokens = tuple(None if stat is None else file_token(stat) for stat in listed)
             nbytes = sum(stat.st_size for stat in listed if stat is not None)
             return dict(
                 kind="files", paths=paths, items=len(paths), nbytes=nbytes, fingerprint=None, read=dict(tokens=tokens)
             )
-        stats = [storage.stat(path) if stat is None else stat for path, stat in zip(paths, listed)]
+        stats = [
+            storage.stat(path) if stat is None else stat for path, stat in zip(paths, listed or [None] * len(paths))
+        ]
         return dict(
             kind="files",
             paths=paths,
