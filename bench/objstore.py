@@ -12,7 +12,7 @@ Azurite from .venvs/azurite) on loopback ports and stops them at the end.
             them. The sides alternate; the ratio is the median of `--repeat` pairs (goal <= 1.1x).
   planning  `--plan-objects` objects on moto: the Planner's mini-batches (a fresh run's streamed plan,
             a whole plan, an incremental rerun's) against the bare detailed listing `fs.find(detail=True)`
-            (goal <= 1.3x), median of 3.
+            (goal <= 1.3x), each the median of 3 rounds that take them in turn.
   ranges    a 50 MB Parquet file of 10 row groups read as 10 mini-batches through a counting proxy:
             bytes fetched (planning and workers) against the file's size (goal <= 1.2x).
 """
@@ -158,19 +158,15 @@ def compare_planning(store, folder, count):
             EarlierBatch(mb.index, encode_members(mb.paths), None, mb.fingerprint)
             for mb in Planner(config.inputs, 50).mini_batches()
         ]
-        times = {}
-        for name, step in [
-            ("listing", listing),
-            ("fresh", lambda: plan(True)),
-            ("whole", lambda: plan(False)),
-            ("incremental", incremental),
-        ]:
-            runs = []
-            for _ in range(3):
+        steps = {"listing": listing, "fresh": lambda: plan(True), "whole": lambda: plan(False)}
+        steps["incremental"] = incremental
+        runs: dict[str, list[float]] = {name: [] for name in steps}
+        for _ in range(3):  # the listing and each plan in turn, three rounds
+            for name, step in steps.items():
                 started = time.perf_counter()
                 assert step() == count
-                runs.append(time.perf_counter() - started)
-            times[name] = statistics.median(runs)
+                runs[name].append(time.perf_counter() - started)
+        times = {name: statistics.median(seconds) for name, seconds in runs.items()}
     base = times.pop("listing")
     print(f"planning {count} objects (s3): bare detailed listing {base:.2f} s", flush=True)
     for name, seconds in times.items():
