@@ -69,7 +69,8 @@ class Driver:
         self.health = JobHealth(config, counters, self.errors, settings.node_count, settings.process_count_per_node)
         self.outcomes = Outcomes(ledger, counters, self.policy, self.errors, self.health, report)
         self._pending = pending  # in plan order, each already in the ledger
-        # Files named by URLs: a worker holds the next mini-batch too, and fetches its files while run() works.
+        # Files named by URLs: a worker holds two mini-batches behind the one that runs, so that the next one's
+        # files are always being fetched while run() works (worker/downloads.py).
         self._prefetch = not config.is_tabular and any("://" in p for d in config.inputs for p in d.path)
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
@@ -135,10 +136,10 @@ class Driver:
         the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
         runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
         if self._log_duration is None:
-            return 2
+            return 3 if self._prefetch else 2
         typical = math.exp(self._log_duration)
         if typical >= 0.05:
-            return 2 if self._prefetch else 1
+            return 3 if self._prefetch else 1
         return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:

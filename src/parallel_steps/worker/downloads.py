@@ -2,8 +2,8 @@
 
 A mini-batch's objects are fetched together (inputs/fetch.py) into a folder of their own, each
 keeping its name, before `run()` gets their paths; the folder goes when the mini-batch is done.
-While `run()` works on one mini-batch, the next one queued (`prefetch`) is fetched in the
-background, when it is at most `PREFETCH_BYTES`: a worker holds two mini-batches' files at most.
+While `run()` works on one mini-batch, those queued behind it (`prefetch`) are fetched in the
+background, up to `PREFETCH_BYTES` ahead in all.
 """
 
 from __future__ import annotations
@@ -26,33 +26,33 @@ class Downloads:
     def __init__(self, prefix: str):
         self._prefix = prefix
         self._root: str | None = None
-        self._ahead: tuple[int, Future[None]] | None = None  # the mini-batch being prefetched
+        self._ahead: dict[int, tuple[int, Future[None]]] = {}  # mini-batch index -> (bytes, its prefetch)
         self._pool: ThreadPoolExecutor | None = None
 
     def localize(self, mini_batch: MiniBatch) -> list[str]:
         """Local paths of the mini-batch's files: its URLs fetched (or waited for, when prefetched)."""
         local, pairs = self._targets(mini_batch)
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] == mini_batch.index:
+        ahead = self._ahead.pop(mini_batch.index, None)
+        if ahead is not None:
             ahead[1].result()
         else:
-            self._ahead = ahead  # another mini-batch's prefetch goes on
             fetch_all(pairs)
         return local
 
     def prefetch(self, mini_batch: MiniBatch) -> None:
-        """Start fetching the files of the mini-batch that runs next, if small enough and none is on the way."""
-        if mini_batch.kind != "files" or self._ahead is not None or not any_url(mini_batch.paths):
+        """Start fetching the files of a mini-batch queued to run, if they fit within `PREFETCH_BYTES` ahead."""
+        if mini_batch.kind != "files" or mini_batch.index in self._ahead or not any_url(mini_batch.paths):
             return
-        if mini_batch.nbytes is None or mini_batch.nbytes > PREFETCH_BYTES:
+        ahead = sum(nbytes for nbytes, _ in self._ahead.values())
+        if mini_batch.nbytes is None or ahead + mini_batch.nbytes > PREFETCH_BYTES:
             return
         _, pairs = self._targets(mini_batch)
         self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="parallel-steps-prefetch")
-        self._ahead = (mini_batch.index, self._pool.submit(fetch_all, pairs))
+        self._ahead[mini_batch.index] = (mini_batch.nbytes, self._pool.submit(fetch_all, pairs))
 
     def release(self, mini_batch: MiniBatch) -> None:
         """Remove a finished mini-batch's copies."""
-        if self._root and (self._ahead is None or self._ahead[0] != mini_batch.index):
+        if self._root and mini_batch.index not in self._ahead:
             shutil.rmtree(self._folder(mini_batch), ignore_errors=True)
 
     def close(self) -> None:
