@@ -48,7 +48,7 @@ def _token(path: str, stat: Stat | None, mode: str) -> str:
         return content_hash(path)
     if stat is None:
         stat = os.stat(path) if not is_url(path) else storage.stat(path)
-    return file_token(stat)
+    return f"{stat.st_size}\0{stat.st_mtime_ns}"  # file_token, inlined: once per file in every worker
 
 
 def file_token(stat: Stat) -> str:

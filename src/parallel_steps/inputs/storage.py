@@ -14,7 +14,6 @@ import functools
 import io
 import os
 import shutil
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, cast
@@ -215,7 +214,7 @@ def upload(local: Path, url: str, last: str | None = None) -> None:
         if atomic:
             retried(functools.partial(filesystem.put_file, str(path), target))
         else:
-            partial = f"{parent}/.partial-{uuid.uuid4().hex}-{target.rsplit('/', 1)[-1]}"
+            partial = f"{parent}/.partial-{os.urandom(8).hex()}-{target.rsplit('/', 1)[-1]}"
             retried(functools.partial(filesystem.put_file, str(path), partial))
             retried(functools.partial(filesystem.mv, partial, target))
 

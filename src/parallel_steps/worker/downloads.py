@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from ..inputs.fetch import fetch_all
 from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import any_url, is_url
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 PREFETCH_BYTES = 256 << 20
 
@@ -36,6 +38,8 @@ class Downloads:
         if ahead is not None:
             ahead[1].result()
         else:
+            from ..inputs.fetch import fetch_all  # asyncio and fsspec: only for a step whose files are URLs
+
             fetch_all(pairs)
         return local
 
@@ -46,6 +50,10 @@ class Downloads:
         ahead = sum(nbytes for nbytes, _ in self._ahead.values())
         if mini_batch.nbytes is None or ahead + mini_batch.nbytes > PREFETCH_BYTES:
             return
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ..inputs.fetch import fetch_all
+
         _, pairs = self._targets(mini_batch)
         self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="parallel-steps-prefetch")
         self._ahead[mini_batch.index] = (mini_batch.nbytes, self._pool.submit(fetch_all, pairs))
