@@ -15,7 +15,7 @@ from parallel_steps import ParallelRunConfig
 from parallel_steps.step import run_step
 from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 
-from .conftest import CLI, output_lines
+from .conftest import CLI, cli, output_lines
 
 READ_SCRIPT = """
 import os
@@ -176,3 +176,15 @@ def test_output_to_the_store_is_uploaded_and_a_reused_run_uploads_it_again(store
     elsewhere = run_step(config.with_overrides(output=store.url("copy")))
     assert elsewhere["reused"] is True
     assert store.read_bytes(store.url("copy", "parallel_run_step.txt")) == store.read_bytes(summary["output_file"])
+
+
+def test_plan_lists_the_store_with_the_steps_storage_options(store, make_files):
+    inputs = store.put(make_files(25), "in")
+    result = cli(
+        "plan", "--input", inputs, "--set", "mini_batch_size=10", "--set",
+        f"storage_options={json.dumps(store.storage_options())}", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert (plan["mini_batches"], plan["items"]) == (3, 25)
+    assert plan["first"][0]["source"] == f"{inputs}/f0000.txt .. f0009.txt (10 files)"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import InputError, first_line
+from ..masking import mask_urls
 from .storage import open_input
 from .tables import plan_schema, record_boundaries
 
@@ -55,7 +56,7 @@ def _parquet_pieces(
     wanted = -(-size // batch_size)
     if wanted > 1 and len(groups) < wanted:
         notes.append(
-            f"{path}: {len(groups)} row group(s) for about {wanted} mini-batches of "
+            f"{mask_urls(path)}: {len(groups)} row group(s) for about {wanted} mini-batches of "
             f"{batch_size} bytes; rewrite it with smaller row groups to split it further"
         )
     pieces, current = [], []
