@@ -22,6 +22,7 @@ from .config_types import (
     Patterns,
     Size,
     StepName,
+    StorageOptions,
 )
 
 
@@ -52,6 +53,12 @@ class StepFields(BaseModel):
     arguments: Arguments = Field(default_factory=list, description="Arguments passed to the entry script in sys.argv.")
     environment_variables: EnvironmentVariables = Field(
         default_factory=dict, description="Extra environment variables for every worker."
+    )
+    storage_options: StorageOptions = Field(
+        default_factory=dict,
+        description="URL prefix (s3://bucket/in, or a scheme alone: abfs://): the fsspec filesystem's options for "
+        "the URLs it covers (the longest prefix wins), e.g. {key: ..., secret: ${env:AWS_SECRET}}; values are "
+        "masked wherever environment_variables are.",
     )
 
 

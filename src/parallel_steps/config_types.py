@@ -17,6 +17,7 @@ from pydantic.config import JsonDict
 
 from .errors import ConfigError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
+from .masking import mask_urls
 
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 #: The mark of a field that a DAG param, trigger conf or `--set` may change by default: it changes neither the
@@ -122,6 +123,19 @@ def _environment(value: Any) -> Any:
     return value
 
 
+def _storage_options(value: Any) -> Any:
+    for prefix, options in value.items() if isinstance(value, dict) else ():
+        if not isinstance(prefix, str) or "://" not in prefix:
+            raise ValueError(
+                f"{mask_urls(str(prefix))!r} is not a URL prefix (e.g. s3://bucket/in, or s3:// for every bucket)"
+            )
+        if not isinstance(options, dict):
+            raise ValueError(
+                f"{mask_urls(prefix)}: the options are a mapping (e.g. {{key: ..., secret: ${{env:AWS_SECRET}}}})"
+            )
+    return value or {}
+
+
 def _keys(value: Any) -> Any:
     return [value] if isinstance(value, str) else (value or None)
 
@@ -169,6 +183,7 @@ Datasets = Annotated[list[Dataset], BeforeValidator(_datasets)]
 NamedPaths = Annotated[dict[str, str], BeforeValidator(_named_paths)]
 Arguments = Annotated[list[str], BeforeValidator(_strings)]
 EnvironmentVariables = Annotated[dict[str, str], BeforeValidator(_environment)]
+StorageOptions = Annotated[dict[str, dict[str, Any]], BeforeValidator(_storage_options)]
 PartitionKeys = Annotated[list[str] | None, BeforeValidator(_keys)]
 Size = Annotated[int | str | None, BeforeValidator(_size)]
 LoggingLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_level)]

@@ -33,7 +33,7 @@ def main(run_dir: str, run_id: str) -> int:
         )
         return 2
     data = json.loads(step.read_text())
-    data["environment_variables"] = json.loads(os.environ.pop(ENVIRONMENT_VARIABLE, "{}"))
+    data.update(json.loads(os.environ.pop(ENVIRONMENT_VARIABLE, "{}")))  # the fields step.json holds masked
     config = ParallelRunConfig.model_validate(data)
     callables = Path(run_dir, CALLABLES_FILE)
     entry_callables = callables.read_bytes() if callables.exists() else None

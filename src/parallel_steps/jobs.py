@@ -27,7 +27,7 @@ from typing import Any
 from .checks import check_inputs
 from .config import ParallelRunConfig
 from .config_types import default_run_root
-from .environment import public_config
+from .environment import public_config, secret_fields
 from .errors import ConfigError, InputError, ParallelStepsError
 from .store.ledger import Ledger
 from .store.logs import RunLogs
@@ -45,8 +45,8 @@ from .store.runs import (
 )
 from .summary import TERMINAL, RunSummary
 
-#: The environment variable through which a detached run gets its `environment_variables` values:
-#: step.json holds them masked, so no secret is written to the run directory.
+#: The environment variable through which a detached run gets the fields step.json holds masked
+#: (`environment_variables`, `storage_options`, URLs with credentials), so no secret is written to the run directory.
 ENVIRONMENT_VARIABLE = "PARALLEL_STEPS_DETACHED_ENVIRONMENT"
 _POLL_S = 0.5
 
@@ -100,7 +100,7 @@ def submit(
                 shutil.rmtree(folder, ignore_errors=True)
             raise
     prepare(config, folder, run_id, entry_callables)
-    env = {**os.environ, ENVIRONMENT_VARIABLE: json.dumps(config.environment_variables)}
+    env = {**os.environ, ENVIRONMENT_VARIABLE: json.dumps(secret_fields(config))}
     with open(folder / "driver.log", "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "parallel_steps.detached", str(folder), run_id],

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from .checks import check_step
 from .config import ParallelRunConfig
 from .config_sections import PlanSettings
+from .environment import storage_settings
+from .inputs import storage_options
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner
 from .reuse import ReuseSources, step_code_key
@@ -130,6 +132,11 @@ def preview(config: ParallelRunConfig, entry_callables: bytes | None = None) -> 
     Raises:
         ConfigError, InputError: as `run_step` would, before anything runs.
     """
+    with storage_options.using(storage_settings(config)):  # inputs named by URLs are listed with the step's options
+        return _preview(config, entry_callables)
+
+
+def _preview(config: ParallelRunConfig, entry_callables: bytes | None) -> dict[str, Any]:
     checked = check_step(config, entry_callables)
     code = step_code_key(config, checked, entry_callables)
     root = config.resolved_run_root()

@@ -10,7 +10,8 @@ import contextlib
 from .azure.azureml_shim import metrics_path
 from .checks import Checked
 from .config import ParallelRunConfig
-from .environment import resolved_environment
+from .environment import resolved_environment, secret_values
+from .inputs import storage_options
 from .monitor import ResourceMonitor
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
@@ -23,8 +24,10 @@ class RunWorkers:
         self.config, self.checked, self.entry_callables, self.run = config, checked, entry_callables, run
 
     def pool(self) -> WorkerPool:
-        """A new pool (local or Ray, by `backend`); secrets are resolved here, for the workers' environment only."""
-        return make_pool(self.config, self.spec, resolved_environment(self.config))
+        """A new pool (local or Ray, by `backend`); secrets are resolved here, for the workers' environment only
+        (the storage settings too: the run's, as the driver opens URLs with them)."""
+        environment = {**resolved_environment(self.config), **storage_options.current().to_environment()}
+        return make_pool(self.config, self.spec, environment)
 
     def spec(self, node_index: int, node_id: str, process_name: str) -> WorkerSpec:
         config, run = self.config, self.run
@@ -54,5 +57,5 @@ class RunWorkers:
         if not interval:
             return contextlib.nullcontext()
         nodes = [node_id_of(i) for i in range(self.config.node_count)]
-        secrets = resolved_environment(self.config).values()
+        secrets = secret_values(self.config)
         return ResourceMonitor(self.run.logs, nodes, pool.processes, interval, self.run.path, secrets)

@@ -24,10 +24,12 @@ from .checks import check_step
 from .config import ParallelRunConfig
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
-from .environment import public_config
+from .environment import public_config, storage_settings
 from .errors import ConfigError, InputError, StepFailed
+from .inputs import storage_options
 from .inputs.minibatch import MiniBatch
 from .inputs.storage import upload
+from .masking import mask_urls
 from .plan import RunPlan, planner_for
 from .platform import require_linux
 from .pool.base import WorkerPool
@@ -75,15 +77,17 @@ def run_step(
         StepFailed: the run ended Failed or Canceled; `.summary` is the run summary.
     """
     require_linux()
-    return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
+    with storage_options.using(storage_settings(config)):
+        return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
 
 
 def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -> str:
     """The step's reuse key (DESIGN.md section 6), computed without running: equal keys mean an
     earlier successful run's output is reused. Integrations use it as their cache key."""
-    code = step_code_key(config, check_step(config, entry_callables), entry_callables)
-    planner = planner_for(config.plan_settings())
-    return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
+    with storage_options.using(storage_settings(config)):
+        code = step_code_key(config, check_step(config, entry_callables), entry_callables)
+        planner = planner_for(config.plan_settings())
+        return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
 
 
 class ParallelRunStep:
@@ -320,9 +324,9 @@ class _StepRun:
             assemble(run.ledger.parts(), target, config.output_format)
             self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
             self.log.info("output assembled: %s", target)
-        if run.output_url:
-            upload(run.output_dir, run.output_url)
-            self.log.info("output uploaded to %s", run.output_url)
+        if run.output_url:  # the output file last: once it is there, so is everything the script wrote
+            upload(run.output_dir, run.output_url, last=config.append_row_file_name)
+            self.log.info("output uploaded to %s", mask_urls(run.output_url))
 
     def _write_plan(self) -> list[MiniBatch]:
         """The plan's next chunk, written into the ledger, for the driver; the plan is logged once complete."""
@@ -355,8 +359,8 @@ class _StepRun:
                 run_id=run.run_id,
                 name=self.config.name,
                 run_dir=str(run.path),
-                output=run.output_url or str(run.output_dir),
-                output_file=self.output_file if status == RunStatus.SUCCEEDED else None,
+                output=mask_urls(run.output_url or str(run.output_dir)),
+                output_file=mask_urls(self.output_file) if status == RunStatus.SUCCEEDED and self.output_file else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
                 metrics_logged=count_metrics(run.logs.root),
                 shutdown_cut_off=self.shutdown_cut_off,

@@ -8,7 +8,9 @@ import statistics
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
+from ..environment import storage_settings
 from ..errors import ConfigError, StepFailed
+from ..inputs import storage_options
 from ..inputs.planner import Planner
 from .common import Progress, add_step_options, cancel_on_signals, config_from_args, print_summary
 
@@ -98,13 +100,13 @@ def _plan(args: argparse.Namespace) -> int:
     items: list[int | None] = []
     sizes: list[int] = []
     first: list[dict[str, Any]] = []
-    for mini_batch in planner.mini_batches():
-        items.append(mini_batch.items)
-        sizes.append(mini_batch.nbytes)
-        if len(first) < args.show:
-            first.append(
-                dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=mini_batch.describe())
-            )
+    with storage_options.using(storage_settings(config)):  # URLs listed with the step's storage_options
+        for mini_batch in planner.mini_batches():
+            items.append(mini_batch.items)
+            sizes.append(mini_batch.nbytes)
+            if len(first) < args.show:
+                source = mini_batch.describe()
+                first.append(dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=source))
     known = [n for n in items if n is not None]
     counted = len(known) == len(items)
     unit = "rows" if config.is_tabular else "files"

@@ -81,6 +81,9 @@ class Driver:
         self.outcomes = Outcomes(ledger, counters, self.retries, self.errors, self.health, report)
         self._pending = pending
         self._write_plan = write_plan
+        # Files named by URLs: a worker holds two mini-batches behind the one that runs, so that the next one's
+        # files are always being fetched while run() works (worker/downloads.py).
+        self._prefetch = policy.prefetch
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
@@ -148,10 +151,10 @@ class Driver:
         the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
         runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
         if self._log_duration is None:
-            return 2
+            return 3 if self._prefetch else 2
         typical = math.exp(self._log_duration)
         if typical >= 0.05:
-            return 1
+            return 3 if self._prefetch else 1
         return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:

@@ -118,6 +118,8 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
             break
         mini_batch, attempt = queue.popleft()
         outbox.index, outbox.attempt = mini_batch.index, attempt
+        if queue:
+            runtime.prefetch(queue[0][0])  # its files named by URLs are fetched while this one runs
         marker.set(mini_batch.index, time.monotonic())
         outcome = runtime.run(mini_batch, attempt, on_loaded=outbox.loaded)
         marker.clear()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..masking import URL_MASKING
 from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
@@ -102,6 +103,7 @@ class RunLogs:
         """The driver's log (`sys/master_role.txt`), a child of `parallel_steps` so hosts see it too."""
         logger = logging.getLogger(f"parallel_steps.run.{run_id}")
         logger.setLevel(logging.INFO)
+        logger.addFilter(URL_MASKING)  # URLs' passwords and query strings, in every line
         self._master_handler = logging.FileHandler(self.master_role, encoding="utf-8")
         self._master_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(self._master_handler)

@@ -37,7 +37,7 @@ from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 import parallel_steps
 
 from ..config import ParallelRunConfig
-from ..environment import resolved_environment
+from ..environment import secret_fields
 from ..errors import ConfigError, ParallelStepsError
 from ..inputs.storage import is_url
 from ..jobs import ENVIRONMENT_VARIABLE, RunHandle, prepare, register
@@ -69,8 +69,9 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
             return RunHandle(run_dir)
         _wait_for_end(client, latest.submission_id)  # its driver has ended the run and is exiting
     job_id = f"{base}-{_attempt(latest.submission_id, base) + 1 if latest else 1}"
-    environment = {ENVIRONMENT_VARIABLE: json.dumps(resolved_environment(config))}
-    prepare(_as_the_job_sees_it(config), run_dir, run_id, entry_callables)
+    job_config = _as_the_job_sees_it(config)
+    environment = {ENVIRONMENT_VARIABLE: json.dumps(secret_fields(job_config, resolve=True))}
+    prepare(job_config, run_dir, run_id, entry_callables)
     write_ray_job(run_dir, address, job_id)
     try:
         client.submit_job(
