@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .azure.worker_hook import AzureMLWorkerHook as _AzureMLWorkerHook
+from .worker.hooks import register_worker_hook as _register_worker_hook
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -39,6 +42,10 @@ __all__ = [
     "load_job",
     "run_step",
 ]
+
+# The composition root: the Azure ML layer sets up what entry scripts import (azureml.core, models)
+# in every worker; the core only calls the hooks registered here (every worker imports this first).
+_register_worker_hook(_AzureMLWorkerHook())
 
 if TYPE_CHECKING:
     from .azure.job import load_job

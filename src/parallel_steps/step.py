@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .azure.azureml_shim import count_metrics
 from .checks import check_step
 from .config import ParallelRunConfig
 from .control import Cancel
@@ -347,7 +346,7 @@ class _StepRun:
                 output=run.output_url or str(run.output_dir),
                 output_file=self.output_file if status == "Succeeded" else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
-                metrics_logged=count_metrics(run.logs.root),
+                metrics_logged=run.logs.count_metrics(),
                 shutdown_cut_off=self.shutdown_cut_off,
                 restarts=self.restarts,
                 job_result=str(run.logs.job_result),
