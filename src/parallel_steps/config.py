@@ -147,6 +147,12 @@ class ParallelRunConfig(BaseModel):
         "element, DataFrame rows as space-separated values without header or index; csv (with a header), parquet "
         "or jsonl. Default: parquet when append_row_file_name ends in .parquet, else text.",
     )
+    append_row_dataframe_header: bool = Field(
+        False,
+        description="With text output: the file starts with one header line, the first returned DataFrame's column "
+        "names (space-separated), as ParallelRunStep's --append_row_dataframe_header True (that argument in arguments "
+        "sets it too). No effect on csv (always a header), parquet and jsonl.",
+    )
 
     # Workers.
     node_count: int = Field(1, ge=1, description="Number of nodes.", json_schema_extra=TRIGGER)
@@ -325,6 +331,24 @@ class ParallelRunConfig(BaseModel):
     @classmethod
     def _arguments(cls, value: Any) -> list[str]:
         return [str(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataframe_header_argument(cls, data: Any) -> Any:
+        """ParallelRunStep's `--append_row_dataframe_header True` in arguments (v1 `arguments`, v2
+        `program_arguments`) sets the field; it stays in sys.argv, as on Azure."""
+        arguments = data.get("arguments") if isinstance(data, dict) else None
+        if not isinstance(arguments, (list, tuple)) or "append_row_dataframe_header" in data:
+            return data
+        flags = [str(a) for a in arguments]
+        for index, flag in enumerate(flags):
+            name, equals, value = flag.partition("=")
+            if name == "--append_row_dataframe_header":
+                if not equals:
+                    following = flags[index + 1] if index + 1 < len(flags) else "--"
+                    value = "True" if following.startswith("--") else following
+                return {**data, "append_row_dataframe_header": value}
+        return data
 
     @field_validator("environment_variables", mode="before")
     @classmethod

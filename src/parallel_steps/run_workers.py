@@ -14,6 +14,7 @@ from .monitor import ResourceMonitor
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
+from .store.output import spool_format
 from .store.rundir import RunDirectory
 
 
@@ -34,7 +35,7 @@ class RunWorkers:
             logs=logs,
             parts_dir=str(run.parts),
             output_dir=str(run.output_dir),
-            output_format=config.output_format,
+            output_format=spool_format(config.output_format, config.append_row_dataframe_header),
             append_row=config.output_action == "append_row",
             entry_script=str(self.checked.entry_script) if self.checked.entry_script else None,
             entry_callables=self.entry_callables,

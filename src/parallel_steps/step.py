@@ -35,7 +35,7 @@ from .report import write_run_report
 from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
 from .run_workers import RunWorkers
 from .store.logs import timestamp
-from .store.output import assemble
+from .store.output import assemble, spool_format
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
 from .summary import RunSummary, summarize
@@ -312,7 +312,7 @@ class _StepRun:
         run, config = self.run, self.config
         if config.output_action == "append_row":
             target = run.output_dir / config.append_row_file_name
-            assemble(run.ledger.parts(), target, config.output_format)
+            assemble(run.ledger.parts(), target, spool_format(config.output_format, config.append_row_dataframe_header))
             self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
             self.log.info("output assembled: %s", target)
         if run.output_url:
