@@ -76,6 +76,8 @@ def load_job(path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfi
 
 def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
     """The configuration fields of a `type: parallel` job; relative paths are relative to `file`'s folder."""
+    if job.get("type") == "pipeline":
+        raise ConfigError("type", "'pipeline' is a pipeline of jobs", "run it with: parallel-steps run PIPELINE.yml")
     if job.get("type") != "parallel":
         raise ConfigError("type", f"{job.get('type')!r} is not a parallel job", "parallel-steps runs type: parallel")
     _known(job, "", _JOB_KEYS)
