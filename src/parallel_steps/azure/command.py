@@ -66,19 +66,20 @@ def ignored_keys(job: dict[str, Any], where: str) -> list[str]:
     return [f"{where}.{key}" for key in COMMAND_IGNORED if key in job]
 
 
-def command_key(job: dict[str, Any], keyed_command: str) -> str:
+def command_key(job: dict[str, Any], keyed_command: str, skip: Path) -> str:
     """What makes two runs of a command node the same: the command (outputs at placeholder paths), its
-    code and input files (names, sizes, modification times), its literal inputs and environment."""
+    code and input files (names, sizes, modification times; not under `skip`, the run root), its literal
+    inputs and environment."""
     digest = hashlib.sha256(keyed_command.encode())
     digest.update(json.dumps(job.get("environment_variables") or {}, sort_keys=True, default=str).encode())
     sources = [job.get("code")] + [v["path"] for v in (job.get("inputs") or {}).values() if isinstance(v, dict)]
     for source in sources:
         if isinstance(source, str):
-            _digest_tree(digest, source)
+            _digest_tree(digest, source, str(skip))
     return digest.hexdigest()
 
 
-def _digest_tree(digest: Any, path: str) -> None:
+def _digest_tree(digest: Any, path: str, skip: str) -> None:
     digest.update(f"\0{path}\0".encode())
     if is_url(path) or not os.path.exists(path):
         return
@@ -87,7 +88,7 @@ def _digest_tree(digest: Any, path: str) -> None:
         digest.update(f"{stat.st_size} {stat.st_mtime_ns}".encode())
         return
     for folder, subfolders, files in os.walk(path):
-        subfolders.sort()
+        subfolders[:] = sorted(name for name in subfolders if os.path.join(folder, name) != skip)
         for name in sorted(files):
             stat = os.stat(os.path.join(folder, name))
             digest.update(

@@ -121,7 +121,7 @@ class PipelineRun:
 
             return reuse_key(self.parallel_config(node, PLACEHOLDER_ROOT, make=False))
         job, command = self.command(node)
-        return command_key(job, keyed(command, job["outputs"]))
+        return command_key(job, keyed(command, job["outputs"]), default_run_root(self.options.run_root))
 
     def run_job(self, node: Node, cancel: threading.Event | None = None, **step_options: Any) -> dict[str, Any]:
         """Run one job here; its record (status, outputs, the step's summary). Raises StepFailed when it fails."""
@@ -160,14 +160,8 @@ class PipelineRun:
             blocked = [up for up in node.upstream if up in failed]
             if blocked or (failed and not continue_on_failure) or (cancel is not None and cancel.is_set()):
                 reason = f"job {blocked[0]} failed" if blocked else "the pipeline stopped"
-                self._set(
-                    node,
-                    {
-                        **self.record["jobs"].get(node.name, {}),
-                        "status": "Skipped" if blocked else "NotStarted",
-                        "status_reason": reason,
-                    },
-                )
+                status = "Skipped" if blocked else "NotStarted"
+                self._set(node, {"kind": node.kind, "status": status, "status_reason": reason, "outputs": {}})
                 failed += [node.name] if blocked else []
                 continue
             record = self._job_once(node, cancel, **step_options)
