@@ -10,6 +10,7 @@ import pytest
 from parallel_steps import ConfigError
 from parallel_steps.azure.binding import Bindings, bind
 from parallel_steps.azure.command import command_line
+from parallel_steps.azure.engine import pipeline_params, trigger_inputs
 from parallel_steps.azure.mltable import mltable_input
 from parallel_steps.azure.pipeline import read_pipeline
 from parallel_steps.azure.pipeline_run import PipelineOptions, PipelineRun
@@ -229,3 +230,51 @@ def test_an_mltable_may_drop_the_columns_its_paths_give(tmp_path):
     )
     with pytest.raises(ConfigError, match="'x': only columns the paths give can be dropped here"):
         mltable_input(str(tmp_path), "inputs.data")
+
+
+def test_engine_params_are_the_inputs_of_the_pipeline_and_its_jobs(pipeline_file, tmp_path):
+    params = pipeline_params(read_pipeline(pipeline_file))
+    assert params == {"raw": str(tmp_path / "data"), "threshold": 0.5}
+    oj = pipeline_params(read_pipeline(EXAMPLES / "oj_sales" / "pipeline.yml"))
+    assert oj["partition_job.partition_keys"] == "Store,Brand"
+    assert oj["parallel_train.lagging_orders"] == "1,2,3,4,5,6"
+
+
+@pytest.mark.parametrize(
+    ("params", "opened", "inputs"),
+    [
+        (
+            {"parallel_train.lagging_orders": "1,2,3", "mini_batch_size": 5},
+            True,
+            {"jobs.parallel_train.inputs.lagging_orders": "1,2,3"},
+        ),
+        ({"parallel_train.lagging_orders": None, "partition_job.partition_keys": "Store,Brand"}, True, {}),  # defaults
+        (
+            {"partition_job.partition_keys": "Store --out /etc"},
+            ["partition_job.partition_keys"],
+            {"jobs.partition_job.inputs.partition_keys": "Store --out /etc"},
+        ),
+    ],
+)
+def test_a_trigger_sets_plain_words_unless_the_author_opens_more(params, opened, inputs):
+    assert trigger_inputs(read_pipeline(EXAMPLES / "oj_sales" / "pipeline.yml"), params, opened) == inputs
+
+
+@pytest.mark.parametrize(
+    ("params", "opened", "message"),
+    [
+        ({"partition_job.partition_keys": "Store; rm -rf /"}, True, "'Store; rm -rf /' is not a plain word"),
+        ({"partition_job.partition_keys": "Store"}, False, "partition_job.partition_keys: 'Store'"),
+    ],
+)
+def test_what_a_trigger_may_not_set_is_one_line_saying_how_to_open_it(params, opened, message):
+    with pytest.raises(ConfigError) as error:
+        trigger_inputs(read_pipeline(EXAMPLES / "oj_sales" / "pipeline.yml"), params, opened)
+    assert message in str(error.value)
+    assert "params_override=[" in str(error.value)
+
+
+def test_a_trigger_may_not_choose_data(pipeline_file):
+    with pytest.raises(ConfigError, match="raw: '/etc' chooses data"):
+        trigger_inputs(read_pipeline(pipeline_file), {"raw": "/etc"}, True)
+    assert trigger_inputs(read_pipeline(pipeline_file), {"raw": "/data/b"}, "all") == {"raw": "/data/b"}

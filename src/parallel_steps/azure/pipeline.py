@@ -79,7 +79,8 @@ def is_pipeline_file(path: str | os.PathLike[str]) -> bool:
 
 
 def read_pipeline(path: str | os.PathLike[str], inputs: dict[str, Any] | None = None) -> Pipeline:
-    """The pipeline in `path`; `inputs` replace the values of its inputs (trigger-time values, `--set inputs.x=`)."""
+    """The pipeline in `path`; `inputs` replace the values of its inputs (`name`) and of its jobs' inputs
+    (`jobs.<job>.inputs.<name>`): `--set` values, an engine's parameters."""
     file = Path(path).absolute()
     data = read_yaml(file, "pipeline file")
     if data.get("type") != "pipeline":
@@ -92,7 +93,9 @@ def read_pipeline(path: str | os.PathLike[str], inputs: dict[str, Any] | None = 
     ]
     base = file.parent
     declared = {name: _absolute_data(spec, base) for name, spec in _mapping(data.get("inputs"), "inputs").items()}
-    for name, value in (inputs or {}).items():
+    given = dict(inputs or {})
+    job_inputs = {key: given.pop(key) for key in list(given) if key.startswith("jobs.")}
+    for name, value in given.items():
         if name not in declared:
             raise ConfigError(f"inputs.{name}", "is not an input of the pipeline", f"inputs: {', '.join(declared)}")
         declared[name] = _with_value(declared[name], value, base)
@@ -103,6 +106,10 @@ def read_pipeline(path: str | os.PathLike[str], inputs: dict[str, Any] | None = 
     if not jobs:
         raise ConfigError("jobs", "the pipeline has no jobs")
     nodes = [_node(str(name), spec, base, ignored) for name, spec in jobs.items()]
+    nodes = [_with_inputs(node, job_inputs, base) for node in nodes]
+    unknown = [key for key in job_inputs if key.split(".")[1] not in jobs]
+    if unknown:
+        raise ConfigError(unknown[0], "names no job of the pipeline", f"jobs: {', '.join(map(str, jobs))}")
     if ignored:
         log.info("%s: %s accepted as Azure ML takes them, no effect here", file, ", ".join(ignored))
     name = str(data.get("name") or data.get("display_name") or file.stem)
@@ -137,6 +144,20 @@ def _node(name: str, spec: Any, base: Path, ignored: list[str]) -> Node:
         if match.group(3) and match.group(3) not in upstream:
             upstream.append(match.group(3))
     return Node(name, kind, job, tuple(upstream))
+
+
+def _with_inputs(node: Node, values: dict[str, Any], base: Path) -> Node:
+    """The node with the values given for its inputs (`jobs.<job>.inputs.<name>`)."""
+    prefix = f"jobs.{node.name}.inputs."
+    given = {key.removeprefix(prefix): value for key, value in values.items() if key.startswith(prefix)}
+    if not given:
+        return node
+    inputs = dict(node.job["inputs"])
+    for name, value in given.items():
+        if name not in inputs:
+            raise ConfigError(f"{prefix}{name}", "is not an input of the job", f"inputs: {', '.join(inputs)}")
+        inputs[name] = _with_value(inputs[name], value, base)
+    return Node(node.name, node.kind, {**node.job, "inputs": inputs}, node.upstream)
 
 
 def _component(reference: Any, where: str, base: Path) -> dict[str, Any]:

@@ -59,12 +59,12 @@ class PipelineRun:
         """Open the run in `run_dir`, else the newest unfinished run of the pipeline, else a new one;
         `preview`: only read (`plan`), neither create nor lock anything."""
         self.pipeline, self.options = pipeline, options
-        root = default_run_root(options.run_root) / "pipelines" / _folder_name(pipeline.name)
+        root = default_run_root(options.run_root) / "pipelines" / folder_name(pipeline.name)
         self.earlier = sorted((p.parent for p in root.glob(f"*/{RECORD}")), key=lambda p: p.stat().st_mtime)[::-1]
         unfinished = [p for p in self.earlier if _read(p).get("status") != "Succeeded"]
         if run_dir is None:
             latest = self.earlier[:1] if preview else unfinished[:1]
-            run_dir = latest[0] if latest else root / new_run_id(_folder_name(pipeline.name))
+            run_dir = latest[0] if latest else root / new_run_id(folder_name(pipeline.name))
         self.path = run_dir
         self._lock = None
         if not preview:
@@ -308,7 +308,8 @@ def _exist(outputs: dict[str, str]) -> bool:
     return all("://" in path or Path(path).exists() for path in outputs.values())
 
 
-def _folder_name(name: str) -> str:
+def folder_name(name: str) -> str:
+    """A name as one safe path component."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "pipeline"
 
 

@@ -1,6 +1,7 @@
 """`parallel-steps run|plan pipeline.yml`: an Azure ML `type: pipeline` file, its jobs run here in order.
 
-`--set` takes `inputs.<name>=VALUE`, `outputs.<name>=PATH`, `jobs.<job>.outputs.<name>=PATH`,
+`--set` takes `inputs.<name>=VALUE`, `outputs.<name>=PATH`, `jobs.<job>.inputs.<name>=VALUE`,
+`jobs.<job>.outputs.<name>=PATH`,
 `datastores.<name>=FOLDER_OR_URL`, `jobs.<job>.<field>=VALUE` (a parallel job's configuration field)
 and `<field>=VALUE` (every parallel job's); `--FIELD` options set every parallel job's field too.
 """
@@ -113,6 +114,8 @@ def _options(args: argparse.Namespace) -> Any:
         parts = key.strip().split(".")
         if parts[0] == "inputs" and len(parts) == 2:
             options.inputs[parts[1]] = value
+        elif parts[0] == "jobs" and len(parts) == 4 and parts[2] == "inputs":
+            options.inputs[key.strip()] = value
         elif parts[0] == "datastores" and len(parts) == 2:
             options.datastores[parts[1]] = value
         elif (parts[0] == "outputs" and len(parts) == 2) or (
@@ -127,7 +130,8 @@ def _options(args: argparse.Namespace) -> Any:
             raise ConfigError(
                 f"--set {key}",
                 "is not a pipeline setting",
-                "use inputs.NAME, outputs.NAME, jobs.JOB.outputs.NAME, jobs.JOB.FIELD, datastores.NAME or FIELD",
+                "use inputs.NAME, outputs.NAME, jobs.JOB.inputs.NAME, jobs.JOB.outputs.NAME, jobs.JOB.FIELD, "
+                "datastores.NAME or FIELD",
             )
     run_root = options.fields.pop("run_root", None)
     options.run_root = str(run_root) if run_root else None
