@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .azure.worker_hook import AzureMLWorkerHook as _AzureMLWorkerHook
+from .config_loaders import register_config_loader as _register_config_loader
 from .worker.hooks import register_worker_hook as _register_worker_hook
 
 __version__ = "0.1.0"
@@ -44,8 +45,10 @@ __all__ = [
 ]
 
 # The composition root: the Azure ML layer sets up what entry scripts import (azureml.core, models)
-# in every worker; the core only calls the hooks registered here (every worker imports this first).
+# in every worker (the core only calls the hooks registered here; every worker imports this first)...
 _register_worker_hook(_AzureMLWorkerHook())
+# ...and reads azure-ai-ml job objects given as a ParallelRunStep's parallel_run_config.
+_register_config_loader("parallel_steps.azure.sdk_objects:sdk_config")
 
 if TYPE_CHECKING:
     from .azure.job import load_job

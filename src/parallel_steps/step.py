@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .checks import check_step
 from .config import ParallelRunConfig
+from .config_loaders import config_of
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
 from .environment import public_config
@@ -120,7 +121,7 @@ class ParallelRunStep:
             allow_reuse=allow_reuse,
             **fields,
         )
-        base = parallel_run_config or ParallelRunConfig()
+        base = config_of(parallel_run_config) if parallel_run_config is not None else ParallelRunConfig()
         self.config = base.with_overrides(**{k: v for k, v in given.items() if v is not None})
 
     def run(self, **overrides: Any) -> RunSummary:

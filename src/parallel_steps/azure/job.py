@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import NAME_PATTERN, ParallelRunConfig
+from ..config_loaders import config_of
 from ..errors import ConfigError
 from ..inputs.storage import is_url
 from ..stepfile import read_yaml
@@ -59,13 +60,17 @@ _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*
 _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
 
 
-def load_job(path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
-    """The configuration of an Azure ML v2 `type: parallel` job file, run with `run_step` or
-    `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in `with_overrides`.
+def load_job(path: str | os.PathLike[str] | Any, **overrides: Any) -> ParallelRunConfig:
+    """The configuration of an Azure ML v2 `type: parallel` job file, or of an `azure-ai-ml` object (what
+    `parallel_run_function(...)` builds, called with its inputs, or a `@pipeline` job of one parallel job),
+    run with `run_step` or `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in
+    `with_overrides`.
 
     Example:
         >>> config = load_job("jobs/iris.yml", process_count_per_node=2)
     """
+    if not isinstance(path, (str, os.PathLike)):  # read by a registered loader (sdk_objects.py)
+        return config_of(path).with_overrides(**overrides)
     data = read_yaml(path, "job file")
     if "type" not in data:
         raise ConfigError(
@@ -117,11 +122,12 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _name(job: dict[str, Any]) -> dict[str, Any]:
-    """Azure job names may hold '_' and capitals; step names are lowercase with '-'."""
+    """Azure job names may hold '_' and capitals and run longer; step names are lowercase with '-', 32 at most
+    (a longer name is cut there)."""
     if "name" not in job:
         return {}
-    name = str(job["name"]).lower().replace("_", "-")
-    if not 3 <= len(name) <= 32 or not re.match(NAME_PATTERN, name):
+    name = str(job["name"]).lower().replace("_", "-")[:32].rstrip("-")
+    if len(name) < 3 or not re.match(NAME_PATTERN, name):
         raise ConfigError("name", f"{job['name']!r} cannot be a step name", "3-32 letters, digits, '-' or '_'")
     return {"name": name}
 

@@ -82,7 +82,11 @@ def read_pipeline(path: str | os.PathLike[str], inputs: dict[str, Any] | None = 
     """The pipeline in `path`; `inputs` replace the values of its inputs (`name`) and of its jobs' inputs
     (`jobs.<job>.inputs.<name>`): `--set` values, an engine's parameters."""
     file = Path(path).absolute()
-    data = read_yaml(file, "pipeline file")
+    return pipeline_from_data(read_yaml(file, "pipeline file"), file, inputs)
+
+
+def pipeline_from_data(data: dict[str, Any], file: Path, inputs: dict[str, Any] | None = None) -> Pipeline:
+    """The pipeline a mapping describes (a file's, or an SDK object's export); paths relative to `file`'s folder."""
     if data.get("type") != "pipeline":
         raise ConfigError("type", f"{data.get('type')!r} is not a pipeline", "a pipeline file says type: pipeline")
     _known(data, "", _KEYS)
