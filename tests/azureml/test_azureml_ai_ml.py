@@ -86,5 +86,5 @@ def test_the_parallel_run_function_node_is_a_parallel_run_config(iris_job, tmp_p
         parallel_run_config=node, output=str(tmp_path / "out"), node_count=1, process_count_per_node=1
     )
     assert step.config.side_inputs["score_model"].endswith("iris-model")
-    with pytest.raises(ConfigError, match="inputs.input_data.path: needs a path"):
+    with pytest.raises(ConfigError, match=r"inputs\.input_data\.path: needs a path"):
         load_job(batch_inferencing)  # the job itself, its inputs not bound yet

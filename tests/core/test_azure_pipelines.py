@@ -140,3 +140,14 @@ def test_a_failed_parallel_job_stops_its_dependants_and_a_rerun_resumes_there(tm
     assert Path(jobs["report"]["outputs"]["count"]).read_text().strip() == "3"
     record = json.loads((Path(resumed["run_dir"]) / "pipeline.json").read_text())
     assert record["status"] == "Succeeded"
+
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "a.txt").write_text("7")
+    given = ("--set", f"jobs.prepare.outputs.clean={tmp_path / 'other'}")
+    code, one = cli_json(
+        "run", "pipeline.yml", "--job", "score", *given, "--set", "process_count_per_node=1", cwd=tmp_path
+    )
+    assert code == 0, one["status_reason"]
+    assert list(one["jobs"]) == ["score"]  # only that job, on the upstream output given
+    assert one["jobs"]["score"]["status"] == "Succeeded"
+    assert Path(one["jobs"]["score"]["outputs"]["scores"]).read_text() == "7\n"

@@ -99,13 +99,18 @@ class PipelineParallelJob(ParallelRunOperator):
         self.pipeline, self.job = pipeline, job
 
     def build_config(self, context: Mapping[str, Any]) -> ParallelRunConfig:
+        """The job's config bound in this DAG run, then the DAG params named like fields (as the operator's)."""
         run = self.pipeline.run(context)
         try:
             config = run.parallel_config(run.pipeline.nodes[self.job])
         except (ConfigError, InputError) as exc:
             raise AirflowFailException(f"invalid configuration: {exc}") from None
-        self.parallel_run_config = config
-        return super().build_config(context)
+        overrides = self._param_overrides(context)
+        if overrides:
+            self.log.info(
+                "DAG params / trigger conf override: %s", ", ".join(sorted(overrides))
+            )  # values may be secret
+        return config.with_overrides(**overrides)
 
 
 class PipelineCommandJob(BaseOperator):

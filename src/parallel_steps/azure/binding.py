@@ -81,8 +81,9 @@ class Bindings:
             return value
         if kind == "outputs":
             return {"type": self.pipeline.outputs[name]["type"], "path": self.pipeline_output(name)}
+        given = self.output_paths.get(f"jobs.{upstream}.outputs.{output}")
         try:
-            path = self.produced[upstream][output]
+            path = self.place(given, where) if given else self.produced[upstream][output]
         except KeyError:
             raise ConfigError(
                 where,

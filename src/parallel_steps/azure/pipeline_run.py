@@ -94,9 +94,8 @@ class PipelineRun:
     def parallel_config(self, node: Node, outputs_root: Path | None = None, make: bool = True) -> ParallelRunConfig:
         """A parallel job's configuration (`outputs_root`: see `bind`); `make`: create its outputs' folders."""
         job = bind(node, self.bindings, outputs_root)
-        side_outputs = [
-            name for name in job["outputs"] if f"outputs.{name}" not in str(job.get("task", {}).get("append_row_to"))
-        ]
+        appended = str(job.get("task", {}).get("append_row_to", ""))
+        side_outputs = [name for name in job["outputs"] if not re.search(rf"outputs\.{name}\b", appended)]
         with _naming(node):
             fields = job_fields({**job, "name": node.name}, self.pipeline.file)
             if side_outputs:  # written by the script itself: mini-batches of another run did not write them here
@@ -140,7 +139,8 @@ class PipelineRun:
             log.info("%s accepted as Azure ML takes them, no effect here", ", ".join(ignored))
         make_output_places(job["outputs"])
         try:
-            run_command(job, command, folder, cancel)
+            with _naming(node):
+                run_command(job, command, folder, cancel)
         except CommandFailed as failed:
             raise StepFailed(_job(node, "Failed", str(failed), self.bindings)) from None
         return _job(node, "Succeeded", "the command exited with 0", self.bindings)
