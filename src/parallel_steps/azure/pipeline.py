@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..inputs.storage import is_url
 from ..stepfile import read_yaml
 
@@ -75,7 +75,10 @@ def is_pipeline_file(path: str | os.PathLike[str]) -> bool:
     file = Path(path)
     if file.suffix.lower() not in (".yml", ".yaml") or not file.is_file():
         return False
-    return read_yaml(file, "file").get("type") == "pipeline"
+    try:
+        return read_yaml(file, "step file").get("type") == "pipeline"
+    except InputError:  # reported as the step file's error, where it is read as one
+        return False
 
 
 def read_pipeline(path: str | os.PathLike[str], inputs: dict[str, Any] | None = None) -> Pipeline:

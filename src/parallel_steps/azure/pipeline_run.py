@@ -25,11 +25,12 @@ from typing import Any
 
 from ..config import ParallelRunConfig
 from ..errors import ConfigError, InputError, StepFailed
+from ..step import reuse_key, run_step
 from ..store.runs import default_run_root, hold_driver_lock, new_run_id
 from .binding import PLACEHOLDER_ROOT, Bindings, bind, make_output_places
 from .command import CommandFailed, command_key, command_line, ignored_keys, keyed, run_command
 from .job import job_fields
-from .pipeline import Node, Pipeline
+from .pipeline import Node, Pipeline, read_pipeline
 
 log = logging.getLogger("parallel_steps.azure")
 
@@ -116,8 +117,6 @@ class PipelineRun:
     def key(self, node: Node) -> str:
         """What makes two runs of the job the same: its bound job with its outputs at placeholder places."""
         if node.kind == "parallel":
-            from ..step import reuse_key
-
             return reuse_key(self.parallel_config(node, PLACEHOLDER_ROOT, make=False))
         job, command = self.command(node)
         return command_key(job, keyed(command, job["outputs"]), default_run_root(self.options.run_root))
@@ -126,8 +125,6 @@ class PipelineRun:
         """Run one job here; its record (status, outputs, the step's summary). Raises StepFailed when it fails."""
         folder = self.path / "jobs" / node.name
         if node.kind == "parallel":
-            from ..step import run_step
-
             config = self.parallel_config(node)
             run_id = f"{self.run_id}-{node.name}"  # the run index's key: one per job of each pipeline run
             summary = run_step(config, run_dir=folder / "step", run_id=run_id, cancel=cancel, **step_options)
@@ -262,8 +259,6 @@ def run_pipeline(
         ConfigError, InputError: the file or an option is wrong (before any job ran).
         StepFailed: a job failed; `.summary` is the pipeline run's summary.
     """
-    from .pipeline import read_pipeline
-
     options = options or PipelineOptions()
     pipeline = read_pipeline(path, options.inputs)
     if job is not None and job not in pipeline.nodes:
