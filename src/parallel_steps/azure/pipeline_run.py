@@ -74,9 +74,8 @@ class PipelineRun:
         self.record = _read(self.path) or {"run_id": self.path.name, "pipeline": str(pipeline.file), "jobs": {}}
         self.record.update(status="Running", status_reason="", started_at=time.time(), ended_at=None)
         self.run_id = str(self.record["run_id"])
-        produced: dict[
-            str, dict[str, str]
-        ] = {}  # the newest run's outputs first: what `--job` reads of the jobs it does not run
+        # The newest run's outputs, then this run's: what `--job` reads of the jobs it does not run.
+        produced: dict[str, dict[str, str]] = {}
         for record in ([_read(self.earlier[0])] if self.earlier else []) + [self.record]:
             produced |= {n: job["outputs"] for n, job in record.get("jobs", {}).items() if job.get("status") in _DONE}
         self.bindings = Bindings(pipeline, self.run_id, self.path, options.datastores, options.output_paths, produced)
