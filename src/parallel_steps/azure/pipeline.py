@@ -61,14 +61,6 @@ class Pipeline:
     nodes: dict[str, Node]
     settings: dict[str, Any] = field(default_factory=dict)
 
-    def downstream(self, name: str) -> list[str]:
-        """The nodes that read `name`'s outputs, directly or not."""
-        found: list[str] = []
-        for node in self.nodes.values():
-            if any(up == name or up in found for up in node.upstream):
-                found.append(node.name)
-        return found
-
 
 def is_pipeline_file(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a YAML file saying `type: pipeline` (a cheap look at the file, for the CLI)."""
@@ -95,9 +87,8 @@ def pipeline_from_data(data: dict[str, Any], file: Path, inputs: dict[str, Any] 
     _known(data, "", _KEYS)
     settings = _mapping(data.get("settings"), "settings")
     _known(settings, "settings.", _SETTINGS)
-    ignored = [key for key in _IGNORED if key in data] + [
-        f"settings.{key}" for key in settings if key != "default_datastore"
-    ]
+    used = ("default_datastore", "continue_on_step_failure")
+    ignored = [key for key in _IGNORED if key in data] + [f"settings.{key}" for key in settings if key not in used]
     base = file.parent
     declared = {name: _absolute_data(spec, base) for name, spec in _mapping(data.get("inputs"), "inputs").items()}
     given = dict(inputs or {})
