@@ -9,6 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pandas as pd
+import pytest
+
+from parallel_steps import StepFailed
+from parallel_steps.azure.pipeline_run import run_pipeline
 
 from .conftest import cli, cli_json
 
@@ -151,3 +155,36 @@ def test_a_failed_parallel_job_stops_its_dependants_and_a_rerun_resumes_there(tm
     assert list(one["jobs"]) == ["score"]  # only that job, on the upstream output given
     assert one["jobs"]["score"]["status"] == "Succeeded"
     assert Path(one["jobs"]["score"]["outputs"]["scores"]).read_text() == "7\n"
+
+
+COMMANDS = """
+type: pipeline
+settings: {continue_on_step_failure: CONTINUE}
+jobs:
+  fails:
+    type: command
+    command: python -c "raise ValueError('bad input\\\\n{\\\\n}')"
+  after_fails:
+    type: command
+    inputs: {log: "${{parent.jobs.fails.outputs.log}}"}
+    command: cat ${{inputs.log}}
+  independent:
+    type: command
+    outputs: {done: {type: uri_file}}
+    command: echo done > ${{outputs.done}}
+"""
+
+
+def test_a_failed_command_stops_the_rest_unless_continue_on_step_failure(tmp_path):
+    for continue_on_failure, independent in (("false", "NotStarted"), ("true", "Succeeded")):
+        text = textwrap.dedent(COMMANDS).replace("CONTINUE", continue_on_failure)
+        text = text.replace(
+            "  fails:\n    type: command\n", "  fails:\n    type: command\n    outputs: {log: {type: uri_file}}\n"
+        )
+        (tmp_path / f"{continue_on_failure}.yml").write_text(text)
+        with pytest.raises(StepFailed) as failed:
+            run_pipeline(tmp_path / f"{continue_on_failure}.yml")
+        jobs = failed.value.summary["jobs"]
+        assert jobs["fails"]["status"] == "Failed"
+        assert jobs["fails"]["status_reason"].startswith("exited with 1: ValueError: bad input (log: ")
+        assert (jobs["after_fails"]["status"], jobs["independent"]["status"]) == ("Skipped", independent)
