@@ -9,7 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .azure.worker_hook import AzureMLWorkerHook as _AzureMLWorkerHook
+from .config_loaders import register_config_loader as _register_config_loader
+from .config_loaders import register_job_reader as _register_job_reader
 from .version import __version__
+from .worker.hooks import register_worker_hook as _register_worker_hook
 
 _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
@@ -39,6 +43,14 @@ __all__ = [
     "load_job",
     "run_step",
 ]
+
+# The composition root: the Azure ML layer sets up what entry scripts import (azureml.core, models)
+# in every worker (the core only calls the hooks registered here; every worker imports this first)...
+_register_worker_hook(_AzureMLWorkerHook())
+# ...reads v2 job files (`ParallelRunConfig.from_yaml`, `load_job`, the CLI), and azure-ai-ml job objects given
+# as a ParallelRunStep's parallel_run_config.
+_register_job_reader("parallel_steps.azure.job:job_fields")
+_register_config_loader("parallel_steps.azure.sdk_objects:sdk_config")
 
 if TYPE_CHECKING:
     from .config import ParallelRunConfig, load_job

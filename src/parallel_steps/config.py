@@ -30,13 +30,14 @@ from .config_fields import (
     WorkerFields,
 )
 from .config_files import file_fields, job_file_fields
+from .config_loaders import config_loaders
 from .config_sections import OUTCOME_FIELDS, DriverPolicy, PlanSettings, PoolConfig, Thresholds
 from .config_types import NAME_PATTERN, default_run_root, is_size_with_unit, parse_size
 from .errors import ConfigError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset
 from .inputs.partitions import PartitionFormat
 
-__all__ = ["NAME_PATTERN", "ParallelRunConfig", "check_fields", "load_job", "unknown_field"]
+__all__ = ["NAME_PATTERN", "ParallelRunConfig", "check_fields", "config_of", "load_job", "unknown_field"]
 
 #: Accepted as ParallelRunConfig takes them, with no effect here (the run logs one INFO line naming them).
 IGNORED_FIELDS = ("environment", "compute_target", "description")
@@ -57,6 +58,24 @@ class ParallelRunConfig(
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataframe_header_argument(cls, data: Any) -> Any:
+        """ParallelRunStep's `--append_row_dataframe_header True` in arguments (v1 `arguments`, v2
+        `program_arguments`) sets the field; it stays in sys.argv, as on Azure."""
+        arguments = data.get("arguments") if isinstance(data, dict) else None
+        if not isinstance(arguments, (list, tuple)) or "append_row_dataframe_header" in data:
+            return data
+        flags = [str(a) for a in arguments]
+        for index, flag in enumerate(flags):
+            name, equals, value = flag.partition("=")
+            if name == "--append_row_dataframe_header":
+                if not equals:
+                    following = flags[index + 1] if index + 1 < len(flags) else "--"
+                    value = "True" if following.startswith("--") else following
+                return {**data, "append_row_dataframe_header": value}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> ParallelRunConfig:
@@ -190,14 +209,33 @@ class ParallelRunConfig(
         return cls.from_dict({**file_fields(path), **overrides})
 
 
-def load_job(path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
-    """The configuration of an Azure ML v2 `type: parallel` job file, run with `run_step` or
-    `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in `with_overrides`.
+def load_job(path: str | os.PathLike[str] | Any, **overrides: Any) -> ParallelRunConfig:
+    """The configuration of an Azure ML v2 `type: parallel` job file, or of an `azure-ai-ml` object (what
+    `parallel_run_function(...)` builds, called with its inputs, or a `@pipeline` job of one parallel job),
+    run with `run_step` or `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in
+    `with_overrides`.
 
     Example:
         >>> config = load_job("jobs/iris.yml", process_count_per_node=2)
     """
+    if not isinstance(path, (str, os.PathLike)):  # read by a registered loader (azure/sdk_objects.py)
+        return config_of(path).with_overrides(**overrides)
     return ParallelRunConfig.from_dict({**job_file_fields(path), **overrides})
+
+
+def config_of(value: Any) -> ParallelRunConfig:
+    """`value` as a configuration: itself, or what a registered loader (config_loaders.py) makes of it.
+
+    Raises:
+        TypeError: no loader knows the object.
+    """
+    if isinstance(value, ParallelRunConfig):
+        return value
+    for loader in config_loaders():
+        config = loader(value)
+        if isinstance(config, ParallelRunConfig):
+            return config
+    raise TypeError(f"parallel_run_config: expected a ParallelRunConfig, got {type(value).__name__}")
 
 
 def unknown_field(name: str, where: str = "") -> ConfigError:

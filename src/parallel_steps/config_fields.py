@@ -117,6 +117,12 @@ class OutcomeFields(BaseModel):
         "element, DataFrame rows as space-separated values without header or index; csv (with a header), parquet "
         "or jsonl. Default: parquet when append_row_file_name ends in .parquet, else text.",
     )
+    append_row_dataframe_header: bool = Field(
+        False,
+        description="With text output: the file starts with one header line, the first returned DataFrame's column "
+        "names (space-separated), as ParallelRunStep's --append_row_dataframe_header True (that argument in arguments "
+        "sets it too). No effect on csv (always a header), parquet and jsonl.",
+    )
 
 
 class WorkerFields(BaseModel):

@@ -39,6 +39,7 @@ class WorkerLogPaths:
     error: Path
     mini_batches: Path
     profile: Path
+    metrics: Path  # the entry script's `Run.get_context().log(...)` calls (written by the Azure ML layer)
 
 
 class Part(NamedTuple):

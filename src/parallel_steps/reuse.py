@@ -37,7 +37,7 @@ from .summary import Counters, RunStatus, RunSummary
 from .version import __version__
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
-RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action")
+RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action", "append_row_dataframe_header")
 _REUSE_SOURCES = 5  # earlier runs whose finished mini-batches a run looks up
 
 

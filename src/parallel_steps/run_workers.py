@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 
-from .azure.azureml_shim import metrics_path
 from .checks import Checked
 from .config import ParallelRunConfig
 from .environment import resolved_environment, secret_values
@@ -16,6 +15,7 @@ from .monitor import ResourceMonitor
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
+from .store.output import spool_format
 from .store.rundir import RunDirectory
 
 
@@ -31,13 +31,14 @@ class RunWorkers:
 
     def spec(self, node_index: int, node_id: str, process_name: str) -> WorkerSpec:
         config, run = self.config, self.run
+        logs = run.logs.worker(node_id, process_name)
         return WorkerSpec(
             node_id=node_id,
             process_name=process_name,
-            logs=run.logs.worker(node_id, process_name),
+            logs=logs,
             parts_dir=str(run.parts),
             output_dir=str(run.output_dir),
-            output_format=config.output_format,
+            output_format=spool_format(config.output_format, config.append_row_dataframe_header),
             append_row=config.output_action == "append_row",
             entry_script=str(self.checked.entry_script) if self.checked.entry_script else None,
             entry_callables=self.entry_callables,
@@ -45,7 +46,7 @@ class RunWorkers:
             arguments=self.checked.arguments,
             side_inputs=self.checked.side_inputs,
             models=self.checked.models,
-            metrics_log=str(metrics_path(run.logs.root, node_id, process_name)),
+            metrics_log=str(logs.metrics),
             logging_level=config.logging_level,
             profile=config.profiling_module == "cProfile",
             fingerprint_mode=config.reuse_fingerprint,

@@ -19,9 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .azure.azureml_shim import count_metrics
 from .checks import check_step
-from .config import ParallelRunConfig
+from .config import ParallelRunConfig, config_of
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
 from .environment import public_config, storage_settings
@@ -37,7 +36,7 @@ from .report import write_run_report
 from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
 from .run_workers import RunWorkers
 from .store.logs import timestamp
-from .store.output import assemble
+from .store.output import assemble, spool_format
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
 from .summary import RunStatus, RunSummary, summarize
@@ -124,7 +123,7 @@ class ParallelRunStep:
             allow_reuse=allow_reuse,
             **fields,
         )
-        base = parallel_run_config or ParallelRunConfig()
+        base = config_of(parallel_run_config) if parallel_run_config is not None else ParallelRunConfig()
         self.config = base.with_overrides(**{k: v for k, v in given.items() if v is not None})
 
     def run(self, **overrides: Any) -> RunSummary:
@@ -321,7 +320,7 @@ class _StepRun:
         run, config = self.run, self.config
         if config.output_action == "append_row":
             target = run.output_dir / config.append_row_file_name
-            assemble(run.ledger.parts(), target, config.output_format)
+            assemble(run.ledger.parts(), target, spool_format(config.output_format, config.append_row_dataframe_header))
             self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
             self.log.info("output assembled: %s", target)
         if run.output_url:  # the output file last: once it is there, so is everything the script wrote
@@ -362,7 +361,7 @@ class _StepRun:
                 output=mask_urls(run.output_url or str(run.output_dir)),
                 output_file=mask_urls(self.output_file) if status == RunStatus.SUCCEEDED and self.output_file else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
-                metrics_logged=count_metrics(run.logs.root),
+                metrics_logged=run.logs.count_metrics(),
                 shutdown_cut_off=self.shutdown_cut_off,
                 restarts=self.restarts,
                 job_result=str(run.logs.job_result),

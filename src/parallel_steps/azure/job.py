@@ -60,6 +60,8 @@ _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
 
 def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
     """The configuration fields of a `type: parallel` job; relative paths are relative to `file`'s folder."""
+    if job.get("type") == "pipeline":
+        raise ConfigError("type", "'pipeline' is a pipeline of jobs", "run it with: parallel-steps run PIPELINE.yml")
     if job.get("type") != "parallel":
         raise ConfigError("type", f"{job.get('type')!r} is not a parallel job", "parallel-steps runs type: parallel")
     _known(job, "", _JOB_KEYS)
@@ -99,11 +101,12 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _name(job: dict[str, Any]) -> dict[str, Any]:
-    """Azure job names may hold '_' and capitals; step names are lowercase with '-'."""
+    """Azure job names may hold '_' and capitals and run longer; step names are lowercase with '-', 32 at most
+    (a longer name is cut there)."""
     if "name" not in job:
         return {}
-    name = str(job["name"]).lower().replace("_", "-")
-    if not 3 <= len(name) <= 32 or not re.match(NAME_PATTERN, name):
+    name = str(job["name"]).lower().replace("_", "-")[:32].rstrip("-")
+    if len(name) < 3 or not re.match(NAME_PATTERN, name):
         raise ConfigError("name", f"{job['name']!r} cannot be a step name", "3-32 letters, digits, '-' or '_'")
     return {"name": name}
 

@@ -13,6 +13,7 @@ from ..errors import ConfigError, StepFailed
 from ..inputs import storage_options
 from ..inputs.planner import Planner
 from .common import Progress, add_step_options, cancel_on_signals, config_from_args, print_summary
+from .pipeline import add_pipeline_options, plan_pipeline_command, run_pipeline_command, wants_pipeline
 
 if TYPE_CHECKING:
     from ..config import ParallelRunConfig
@@ -30,6 +31,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument("--run-dir", help="run directory (a rerun in the same directory resumes it)")
     run.add_argument("--detach", action="store_true", help="run in the background; print the run id and directory")
     run.add_argument("--json", action="store_true", help="print the run summary as one JSON object on stdout")
+    add_pipeline_options(run)
     run.set_defaults(command=_run)
 
     plan = commands.add_parser("plan", help="show how the inputs split into mini-batches")
@@ -42,12 +44,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "and why (new, changed or deleted files)",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    add_pipeline_options(plan)
     plan.set_defaults(command=_plan)
 
 
 def _run(args: argparse.Namespace) -> int:
     from ..step import run_step
 
+    if wants_pipeline(args):  # an Azure ML pipeline file: its jobs in order (cli/pipeline.py)
+        return run_pipeline_command(args)
     config = config_from_args(args, args.script_args)
     if args.detach or config.submit_to == "ray_job":
         from ..jobs import submit
@@ -91,6 +96,8 @@ def _follow(handle: RunHandle, as_json: bool) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if wants_pipeline(args):
+        return plan_pipeline_command(args)
     config = config_from_args(args, None)
     if args.diff:
         return _diff(config, args.json)

@@ -75,11 +75,20 @@ class RunLogs:
             error=self.error_dir / node_id / f"{process_name}.txt",
             mini_batches=sys / f"{process_name}.txt",
             profile=sys / f"{process_name}.profile",
+            metrics=user / "metrics" / node_id / f"{process_name}.jsonl",
         )
         if create:
             for path in (paths.stdout, paths.stderr, paths.entry_script_log, paths.error, paths.mini_batches):
                 path.parent.mkdir(parents=True, exist_ok=True)
         return paths
+
+    def count_metrics(self) -> int:
+        """The metrics every worker logged, one JSON line each (the summary's `metrics_logged`)."""
+        total = 0
+        for path in (self.root / "user" / "metrics").glob("*/*.jsonl"):
+            with open(path, "rb") as file:
+                total += sum(1 for _ in file)
+        return total
 
     def relative(self, path: Path) -> str:
         """A path as shown to people: relative to the run directory (`logs/user/error/...`)."""

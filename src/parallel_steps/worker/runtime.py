@@ -26,8 +26,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..azure import azureml_shim
-from ..azure.context import MiniBatchContext, wants_context
 from ..inputs.fingerprints import file_tokens, fingerprint_of
 from ..inputs.loaders import load
 from ..inputs.members import encode_tokens
@@ -38,7 +36,9 @@ from ..protocol import Outcome, WorkerSpec
 from ..store.logs import error_section, journal_line, mini_batch_tag
 from ..store.output import Spool, count_rows
 from . import entry_script
+from .context import MiniBatchContext, wants_context
 from .downloads import Downloads
+from .hooks import worker_hooks
 
 if TYPE_CHECKING:
     import cProfile
@@ -90,7 +90,8 @@ class WorkerRuntime:
             ),
             self._hang_timeout_hook,
         )
-        azureml_shim.install(spec.models, spec.metrics_log)
+        for hook in worker_hooks():  # what layers above the core provide to the script (the azureml.core names)
+            hook.worker_started(spec)
         if spec.profile:
             import cProfile
 
@@ -156,6 +157,8 @@ class WorkerRuntime:
             self._log_error("shutdown()", exc)
         if self._profiler:
             self._profiler.dump_stats(self.spec.logs.profile)
+        for hook in worker_hooks():
+            hook.worker_stopped()
         self.flush()
         if self._spool:
             self._spool.close()
