@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
-    "ParallelRunStep": "parallel_steps.step",
+    "ParallelRunStep": "parallel_steps.parallel_run_step",
     "run_step": "parallel_steps.step",
     "load_job": "parallel_steps.azure.job",
     "FileDataset": "parallel_steps.inputs.datasets",
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from .config import ParallelRunConfig
     from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
     from .inputs.datasets import FileDataset, TabularDataset
-    from .step import ParallelRunStep, run_step
+    from .parallel_run_step import ParallelRunStep
+    from .step import run_step
     from .worker.entry_script import EntryScript
 
 
