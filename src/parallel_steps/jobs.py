@@ -48,7 +48,7 @@ def submit(
     run_dir: str | os.PathLike[str] | None = None,
     entry_callables: bytes | None = None,
 ) -> RunHandle:
-    """Start the step's driver in the background, where `config.submit_to` says: a process on this
+    """Start the step's driver in the background, where the config's `submit_to` says: a process on this
     machine that outlives the caller, or a Ray job on the cluster (`ray_job`: when the run's job is
     still running, this attaches to it instead); returns its handle at once.
 

@@ -93,14 +93,13 @@ class Launcher:
             ConfigError, InputError: before anything starts.
             StepFailed: the run ended Failed or Canceled; `.summary` is its summary.
         """
-        hooks = hooks or RunHooks()
         if not self.elsewhere:
             return run_step(
                 self.config,
                 run_dir=self.run_dir,
                 run_id=self.run_id,
-                on_progress=hooks.progress,
-                on_event=hooks.event,
+                on_progress=hooks.progress if hooks else None,
+                on_event=hooks.event if hooks else None,
                 cancel=cancel,
                 entry_callables=self.entry_callables,
             )

@@ -60,11 +60,13 @@ def dumps_callables(functions: Mapping[str, EntryFunction | None], search_path: 
         for module in list(sys.modules.values())
         if isinstance(module, types.ModuleType) and module.__name__ not in registered and not importable(module, path)
     ]
-    shipped = []
+    shipped: dict[str, types.ModuleType] = {}
     for module in by_value:
+        if module.__name__ in shipped:  # the same module under a second key of sys.modules
+            continue
         try:
             cloudpickle.register_pickle_by_value(module)
-            shipped.append(module)
+            shipped[module.__name__] = module
         except ValueError:  # an alias whose __name__ is not in sys.modules
             pass
     try:
@@ -78,7 +80,7 @@ def dumps_callables(functions: Mapping[str, EntryFunction | None], search_path: 
             "avoid capturing open files, locks, clients or connections; create them in init=",
         ) from None
     finally:
-        for module in shipped:  # the registry is process-wide: leave it as it was
+        for module in shipped.values():  # the registry is process-wide: leave it as it was
             cloudpickle.unregister_pickle_by_value(module)
 
 
