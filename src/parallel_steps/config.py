@@ -35,6 +35,7 @@ from .config_sections import OUTCOME_FIELDS, DriverPolicy, PlanSettings, PoolCon
 from .config_types import NAME_PATTERN, default_run_root, is_size_with_unit, parse_size
 from .errors import ConfigError
 from .inputs.datasets import Dataset, FileDataset, TabularDataset
+from .inputs.datastores import resolve_step_paths
 from .inputs.partitions import PartitionFormat
 
 __all__ = ["NAME_PATTERN", "ParallelRunConfig", "check_fields", "config_of", "load_job", "unknown_field"]
@@ -76,6 +77,12 @@ class ParallelRunConfig(
                     value = "True" if following.startswith("--") else following
                 return {**data, "append_row_dataframe_header": value}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _datastore_paths(cls, data: Any) -> Any:
+        """`azureml://datastores/...` paths (v2 job files, v1 configs) become the folders or URLs mapped."""
+        return resolve_step_paths(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _consistent(self) -> ParallelRunConfig:

@@ -60,6 +60,12 @@ class StepFields(BaseModel):
         "the URLs it covers (the longest prefix wins), e.g. {key: ..., secret: ${env:AWS_SECRET}}; values are "
         "masked wherever environment_variables are.",
     )
+    datastores: dict[str, str] = Field(
+        default_factory=dict,
+        description="Azure ML datastore name: the folder or fsspec URL that `azureml://datastores/<name>/paths/...` "
+        "in inputs, side_inputs, models, output and arguments stands for (over PARALLEL_STEPS_DATASTORES, JSON, "
+        "in the environment).",
+    )
 
 
 class PartitionFields(BaseModel):

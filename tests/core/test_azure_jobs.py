@@ -1,13 +1,16 @@
 """Azure ML SDK v2 `type: parallel` job files: every key maps to a field, is accepted with no effect, or is
 refused with one line naming it; the CLI and `load_job` run them as written."""
 
+import json
 import logging
 import textwrap
+import uuid
 
 import pytest
 
 from parallel_steps import ConfigError, InputError, ParallelRunConfig, load_job
 
+from storage_servers import azure_store
 from .conftest import cli
 
 JOB = """
@@ -257,3 +260,72 @@ def test_the_cli_runs_a_job_file_and_refuses_a_bad_one_in_one_line(tmp_path, mak
     assert done.returncode == 2
     assert done.stderr.strip().startswith("parallel-steps: queue_settings: has no meaning here (supported: ")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+DATASTORE_JOB = """
+type: parallel
+inputs:
+  images: {type: uri_folder, path: data}
+outputs:
+  scores: {type: uri_file, path: azureml://datastores/workspaceblobstore/paths/scored/scores.txt}
+input_data: ${{inputs.images}}
+mini_batch_size: 2
+task:
+  code: src
+  entry_script: score.py
+  append_row_to: ${{outputs.scores}}
+"""
+
+
+def test_a_datastore_output_is_written_to_the_store_the_job_maps_it_to(
+    tmp_path, make_files, write_script, storage_servers, monkeypatch
+):
+    _, azurite = storage_servers
+    store = azure_store(azurite.endpoint, f"t{uuid.uuid4().hex[:12]}")
+    for variable, value in store.env.items():
+        monkeypatch.setenv(variable, value)
+    make_files(5)
+    (tmp_path / "src").mkdir()
+    write_script(
+        "import os\ndef run(mini_batch):\n    return [os.path.basename(p) for p in mini_batch]\n", "src/score.py"
+    )
+    mapped = DATASTORE_JOB + f"datastores: {{workspaceblobstore: '{store.root}'}}\n"
+    credentials = json.dumps(store.storage_options())
+    done = cli(
+        "run",
+        write_job(tmp_path, mapped),
+        "--set",
+        f"storage_options={credentials}",
+        "--set",
+        "process_count_per_node=1",
+    )
+    assert done.returncode == 0, done.stderr
+    assert store.read_bytes(store.url("scored", "scores.txt")).decode().splitlines() == [
+        f"f{i:04d}.txt" for i in range(5)
+    ]
+    assert not (tmp_path / "scored").exists()
+
+    unmapped = cli("run", write_job(tmp_path, DATASTORE_JOB, "unmapped.yml"))
+    assert unmapped.returncode == 2
+    assert unmapped.stderr.strip().splitlines() == [
+        "parallel-steps: output: azureml://datastores/workspaceblobstore/paths/scored is on datastore "
+        "'workspaceblobstore', which is not mapped here (map it: datastores: {workspaceblobstore: FOLDER_OR_URL} "
+        "in the step, or PARALLEL_STEPS_DATASTORES in the environment)"
+    ]
+    monkeypatch.setenv("PARALLEL_STEPS_DATASTORES", json.dumps({"workspaceblobstore": store.root}))
+    assert load_job(tmp_path / "unmapped.yml").output == store.url("scored")  # the environment's mapping
+
+
+def test_datastore_paths_of_a_v1_config_resolve_through_its_datastores(tmp_path, monkeypatch):
+    config = ParallelRunConfig(
+        entry_script="score.py",
+        inputs=["azureml://datastores/raw/paths/images/"],
+        side_inputs={"labels": "azureml://datastores/raw/paths/labels.json"},
+        output="azureml://datastores/curated/paths",
+        datastores={"raw": "s3://raw-bucket/", "curated": str(tmp_path)},
+    )
+    assert config.inputs[0].path == ["s3://raw-bucket/images"]
+    assert (config.side_inputs, config.output) == ({"labels": "s3://raw-bucket/labels.json"}, str(tmp_path))
+    monkeypatch.setenv("PARALLEL_STEPS_DATASTORES", "not json")
+    with pytest.raises(ConfigError, match=r"^PARALLEL_STEPS_DATASTORES: is not a JSON mapping"):
+        ParallelRunConfig(entry_script="score.py", inputs=["azureml://datastores/raw/paths/images/"])

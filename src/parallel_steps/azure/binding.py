@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..inputs.storage import is_url
-from .datastores import DEFAULT_DATASTORE, resolve_datastore_uri
+from ..inputs.datastores import DEFAULT_DATASTORE, resolve_datastore_uri
 from .pipeline import BINDING, DATA_TYPES, FOLDER_TYPES, Node, Pipeline
 
 _EXPRESSIONS = re.compile(r"\$\{\{\s*(name|default_datastore)\s*\}\}")

@@ -37,6 +37,7 @@ _SAME = (
     "mini_batch_error_threshold",
     "logging_level",
     "environment_variables",
+    "datastores",  # parallel-steps' own: where `azureml://datastores/<name>/...` paths are (docs/storage.md)
 )
 #: ParallelRunStep settings a job may pass in `task.program_arguments` (`--error_threshold 5`).
 PROGRAM_SETTINGS = (
@@ -150,16 +151,26 @@ def _inputs(inputs: dict[str, Any], base: Path) -> dict[str, dict[str, Any]]:
 
 
 def _outputs(outputs: dict[str, Any], base: Path) -> dict[str, dict[str, Any]]:
-    """name -> {"type", "path"}; path is None where Azure ML chooses the place (no path, or azureml://)."""
+    """name -> {"type", "path"}; path is None where Azure ML chooses the place (`_azure_chooses`)."""
     found = {}
     for name, spec in _mapping(outputs, "outputs").items():
         where = f"outputs.{name}"
         spec = _mapping(spec, where)
         _known(spec, f"{where}.", ("type", "path", *_OUTPUT_IGNORED))
         path = spec.get("path")
-        local = None if path is None or str(path).startswith("azureml:") else _local(path, base, f"{where}.path")
+        local = None if _azure_chooses(path) else _local(path, base, f"{where}.path")
         found[name] = {"type": spec.get("type", "uri_folder"), "path": local, "name": _file_name(path)}
     return found
+
+
+def _azure_chooses(path: Any) -> bool:
+    """No path, an Azure ML asset or a path of expressions (`${{name}}`): the output stays in the run folder.
+    A datastore path is kept (the step's `datastores` say where it is)."""
+    return path is None or (str(path).startswith("azureml:") and not _is_datastore(str(path)))
+
+
+def _is_datastore(path: str) -> bool:
+    return path.startswith("azureml://datastores/") and not _ANY_REFERENCE.search(path)
 
 
 def _file_name(path: Any) -> str | None:
@@ -172,8 +183,8 @@ def _local(path: Any, base: Path, where: str) -> str:
         raise ConfigError(where, "needs a path")
     if _ANY_REFERENCE.search(path):
         raise ConfigError(where, f"{path} binds another job's data", "give a local path or an fsspec URL")
-    if path.startswith("azureml:"):
-        raise ConfigError(where, f"{path} names Azure ML data", "give a local path or an fsspec URL")
+    if path.startswith("azureml:") and not _is_datastore(path):
+        raise ConfigError(where, f"{path} names Azure ML data", "give a local path, an fsspec URL or a datastore path")
     return path if is_url(path) or os.path.isabs(path) else os.path.normpath(base / path)
 
 
