@@ -32,6 +32,7 @@ from ..platform import require_linux
 from ..report import key_figures
 from ..run_state import run_status
 from ..step_config import layered_config
+from .storage import is_storage_path, with_connections
 from .task_log import TaskLog
 from .triggers import ParallelRunTrigger
 
@@ -159,7 +160,7 @@ class ParallelRunOperator(BaseOperator):
 
     def build_config(self, context: Mapping[str, Any]) -> ParallelRunConfig:
         """The effective config: base config, then the (rendered) fields, then DAG params."""
-        base, fields, name = self.parallel_run_config, self.field_values(), _name_from(self.task_id)
+        base, fields, name = self.parallel_run_config, with_connections(self.field_values()), _name_from(self.task_id)
         config = layered_config(base, fields, name=name)
         overridden = layered_config(base, fields, self._param_overrides(context), name=name)
         before, after = public_config(config), public_config(overridden)  # secrets masked
@@ -307,10 +308,11 @@ def _name_from(task_id: str) -> str | None:
 
 
 def _deferred(value: Any) -> bool:
-    """True for values Airflow resolves when the task runs: Jinja strings and XComArgs, also nested."""
+    """True for values Airflow resolves when the task runs: Jinja strings, XComArgs and ObjectStoragePaths (their
+    connections), also nested."""
     if isinstance(value, str):
         return "{{" in value or "{%" in value
-    if isinstance(value, ResolveMixin):
+    if isinstance(value, ResolveMixin) or is_storage_path(value):
         return True
     if isinstance(value, Mapping):
         return any(_deferred(v) for v in value.values())
