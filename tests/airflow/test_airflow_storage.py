@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import s3fs
+
 from storage_servers import start_moto
 
 KEY = "AKIDPARALLELSTEPS"

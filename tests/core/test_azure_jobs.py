@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from parallel_steps import ConfigError, InputError, ParallelRunConfig, load_job
-
 from storage_servers import azure_store
+
 from .conftest import cli
 
 JOB = """

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import ParallelRunConfig
 from ..step_config import StepSpec, layered_config
+from .storage import with_blocks
 
 CONFIG_PARAMETER = "parallel_run_config"
 FIELDS_PARAMETER = "fields"  # the task's `**fields`, as Prefect binds it
@@ -25,7 +26,7 @@ def step_config(parallel_run_config: StepSpec = None, **fields: Any) -> Parallel
         ConfigError: a field is invalid (one line naming it).
         InputError: the step file cannot be read.
     """
-    return layered_config(parallel_run_config, fields)
+    return layered_config(parallel_run_config, with_blocks(fields))  # credentials blocks as storage options
 
 
 def config_from_parameters(parameters: dict[str, Any]) -> ParallelRunConfig:
