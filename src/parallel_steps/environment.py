@@ -15,16 +15,14 @@ import os
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .inputs.storage_options import StorageSettings, matches
+from .inputs.storage_options import StorageSettings
 from .masking import MASK as MASK  # where the monitor and others take it from
 from .masking import mask_urls
 
 if TYPE_CHECKING:
     from .config import ParallelRunConfig
-    from .inputs.storage_options import Resolver
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_FIELDS = ("environment_variables", "storage_options")
@@ -119,23 +117,11 @@ def _resolved(value: Any, prefix: str) -> Any:
     return os.environ[reference.group(1)]
 
 
-def storage_settings(config: ParallelRunConfig, resolver: Resolver | None = None) -> StorageSettings:
+def storage_settings(config: ParallelRunConfig) -> StorageSettings:
     """How the run opens URLs: `storage_options` resolved, transient errors retried for up to
-    `run_invocation_timeout`. An engine adapter's `resolver` (URL -> options, e.g. from a connection) is
-    asked for each store the step names that no prefix covers; its answers travel like the step's own."""
-    options = resolved_storage_options(config)
-    if resolver is not None:
-        for url in _step_urls(config):
-            store = "{0.scheme}://{0.netloc}".format(urlsplit(url))
-            if not any(matches(prefix, url) for prefix in options) and (found := resolver(url)):
-                options[store] = found
-    return StorageSettings(options, retry_s=config.run_invocation_timeout)
-
-
-def _step_urls(config: ParallelRunConfig) -> list[str]:
-    paths = [path for dataset in config.inputs for path in dataset.path]
-    paths += [*config.side_inputs.values(), *config.models.values(), config.output or ""]
-    return [path for path in paths if "://" in path]
+    `run_invocation_timeout`. An engine's credentials (an Airflow connection, a Prefect block) arrive as
+    storage options too: its adapter puts them there (airflow/storage.py, prefect/storage.py)."""
+    return StorageSettings(resolved_storage_options(config), retry_s=config.run_invocation_timeout)
 
 
 def secret_values(config: ParallelRunConfig) -> list[str]:

@@ -35,20 +35,6 @@ def test_the_longest_prefix_of_a_url_gives_its_options():
     assert settings.options_for("gs://b/x") == {}
 
 
-def test_an_engine_resolver_answers_for_stores_no_prefix_covers(monkeypatch):
-    monkeypatch.setenv("SECRET", "from-env")
-    config = ParallelRunConfig(
-        inputs=["s3://bucket/in/"],
-        output="gs://results/out",
-        storage_options={"s3://bucket": {"secret": "${env:SECRET}"}},
-    )
-    asked = []
-    settings = storage_settings(config, resolver=lambda url: asked.append(url) or {"token": "conn"})
-    assert asked == ["gs://results/out"]
-    assert settings.options_for("gs://results/out/x.txt") == {"token": "conn"}
-    assert settings.options_for("s3://bucket/in/a") == {"secret": "from-env"}
-
-
 def test_the_summary_shows_storage_options_and_urls_masked():
     config = ParallelRunConfig(
         inputs=["https://acct.blob.core.windows.net/c/data.csv?sv=2024&sig=s1gnature"],

@@ -3,8 +3,8 @@
 The step's `storage_options` map URL prefixes (`s3://bucket/in`, or a scheme alone, `abfs://`) to a
 filesystem's keyword arguments; the longest prefix matching a URL wins. The driver sets them for the
 run (`using`); workers get them, resolved, in their environment (`STORAGE_VARIABLE`), never in a
-file of the run directory. An engine adapter feeds its own credentials (a connection) as a `Resolver`
-(URL -> options) to `environment.storage_settings`, which asks it for each URL the step names.
+file of the run directory. An engine adapter puts its own credentials (an Airflow connection, a Prefect
+block) into `storage_options`, as the options of the URLs they open.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ import contextvars
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 #: The workers' environment variable holding the run's `StorageSettings` as JSON.
 STORAGE_VARIABLE = "PARALLEL_STEPS_STORAGE"
 DEFAULT_RETRY_S = 60.0
-
-#: URL -> the filesystem's keyword arguments (empty: fsspec's defaults, the process environment).
-Resolver = Callable[[str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
