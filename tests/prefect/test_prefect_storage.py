@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import s3fs
+from prefect.blocks.system import Secret
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect_aws import AwsCredentials, S3Bucket
 from prefect_helpers import artifacts, flow_run_id
 
+from parallel_steps import ConfigError
 from parallel_steps.prefect import parallel_run
 from prefect import flow
 from storage_servers import start_moto
@@ -89,3 +91,17 @@ def test_a_flow_scores_s3_objects_with_a_credentials_block_and_the_secret_stays_
     results = Path(prefect_server["PREFECT_LOCAL_STORAGE_PATH"])  # the task's persisted result, cache records
     for root in (tmp_path / "runs", results):
         assert [p for p in root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()] == []
+
+
+@flow
+def score_with(**fields):
+    return parallel_run(entry_script="score.py", inputs="s3://ps-prefect/images", **fields)
+
+
+def test_a_block_without_aws_credentials_is_one_line_naming_the_prefix_and_the_block():
+    with pytest.raises(ConfigError) as error:
+        score_with(storage_options={"s3://ps-prefect": Secret(value="x")})
+    assert str(error.value) == (
+        "storage_options: s3://ps-prefect: a Secret block holds no AWS credentials (use prefect-aws's "
+        "AwsCredentials, MinIOCredentials or S3Bucket, or fsspec options)"
+    )

@@ -36,7 +36,9 @@ def with_connections(fields: dict[str, Any]) -> dict[str, Any]:
     name as fsspec options (an option the task gives itself wins over its connection's)."""
     paths: dict[str, ObjectStoragePath] = {}
     resolved = {name: _urls(value, paths) if name in PATH_FIELDS else value for name, value in fields.items()}
-    given = dict(fields.get("storage_options") or {})
+    given = fields.get("storage_options") or {}
+    if not isinstance(given, Mapping):  # not options: the field's own check says so
+        return resolved
     options = {prefix: _named(prefix, value) for prefix, value in given.items()}
     for url, path in paths.items():
         if path.conn_id and url not in options:
@@ -60,7 +62,7 @@ def _urls(value: Any, paths: dict[str, ObjectStoragePath]) -> Any:
 
 def _named(prefix: str, value: Any) -> Any:
     """A `storage_options` entry; one that names a connection becomes that connection's options."""
-    if not isinstance(value, Mapping) or CONN_ID not in value:
+    if not isinstance(value, Mapping) or CONN_ID not in value or "://" not in str(prefix):
         return value
     given = {key: item for key, item in value.items() if key != CONN_ID}
     filesystem = attach(urlsplit(prefix).scheme, conn_id=str(value[CONN_ID])).fs

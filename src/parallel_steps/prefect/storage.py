@@ -24,16 +24,16 @@ def with_blocks(fields: Mapping[str, Any]) -> dict[str, Any]:
     entry the step gives itself wins over a bucket's credentials)."""
     buckets: dict[str, Any] = {}
     resolved = {name: _urls(value, buckets) if name in PATH_FIELDS else value for name, value in fields.items()}
-    given = fields.get("storage_options")
-    if not isinstance(given, Mapping) and not buckets:
+    given = fields.get("storage_options") or {}
+    if not isinstance(given, Mapping):  # not options: the field's own check says so
         return resolved
     options = {
-        prefix: block_options(value, prefix) if isinstance(value, Block) else value
-        for prefix, value in (given or {}).items()
+        prefix: block_options(value, prefix) if isinstance(value, Block) else value for prefix, value in given.items()
     }
     for url, bucket in buckets.items():
         options.setdefault(url, block_options(bucket, url))
-    resolved["storage_options"] = options
+    if options:
+        resolved["storage_options"] = options
     return resolved
 
 
