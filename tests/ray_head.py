@@ -1,5 +1,5 @@
-"""A Ray cluster started the way a user starts one, `ray start --head`, with its dashboard (the Jobs API)
-on loopback; shared by the suites that submit runs as Ray jobs (tests/ray, tests/airflow, tests/prefect).
+"""A Ray cluster started the way a user starts one, `<venv>/bin/ray start --head` (the virtualenv not activated),
+with its dashboard (the Jobs API) on loopback; shared by the suites that submit runs as Ray jobs (tests/ray, tests/airflow, tests/prefect).
 
 Token authentication: `ray start` turns it on by itself when it finds a token (RAY_AUTH_TOKEN or
 ~/.ray/auth_token), a client only when RAY_AUTH_MODE says so, so the mode is decided once here
@@ -54,7 +54,9 @@ def ray_head(num_cpus: int = 2) -> Iterator[dict]:
         **client_env,
         "RAY_ADDRESS": "",
         "RAY_JOB_STOP_WAIT_TIME_S": STOP_WAIT_S,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the job's `python` is this environment's
+        # Started as `/opt/ray/bin/ray start --head` is, from a shell where the virtualenv is not activated: the
+        # cluster's Python is not on PATH (a job's bare `python` would be another one, or none).
+        "PATH": os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != BIN),
     }
     started = subprocess.run(
         [

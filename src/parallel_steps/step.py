@@ -32,7 +32,7 @@ from .inputs.storage import upload
 from .plan import RunPlan
 from .platform import require_linux
 from .pool.base import WorkerPool
-from .report import write_run_report
+from .report import upload_report, write_run_report
 from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
 from .run_workers import RunWorkers
 from .store.logs import timestamp
@@ -170,6 +170,8 @@ class _StepRun:
         self.restarts: list[dict[str, str]] = []
         self.shutdown_cut_off: list[str] = []
         self.output_file: str | None = None
+        self.rows_written = 0
+        self.output_bytes: int | None = None
 
     # The phases ----------------------------------------------------------------------------
 
@@ -314,6 +316,7 @@ class _StepRun:
         if config.output_action == "append_row":
             target = run.output_dir / config.append_row_file_name
             assemble(run.ledger.parts(), target, config.output_format)
+            self.rows_written, self.output_bytes = run.ledger.rows_written(), target.stat().st_size
             self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
             self.log.info("output assembled: %s", target)
         if run.output_url:
@@ -347,6 +350,9 @@ class _StepRun:
                 output=run.output_url or str(run.output_dir),
                 output_file=self.output_file if status == "Succeeded" else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
+                rows_written=self.rows_written if status == "Succeeded" else 0,
+                output_bytes=self.output_bytes if status == "Succeeded" else None,
+                report_url=None,
                 metrics_logged=count_metrics(run.logs.root),
                 shutdown_cut_off=self.shutdown_cut_off,
                 restarts=self.restarts,
@@ -364,6 +370,10 @@ class _StepRun:
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
         summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
+        if summary["status"] == "Succeeded" and run.output_url and self.config.upload_report:
+            summary["report_url"] = upload_report(
+                summary["report"], run.output_url, self.config.append_row_file_name, self.log
+            )
         write_summary(run.path, summary)
         logs.write_result(summary)
         if not logs.error_summary.exists():

@@ -56,8 +56,11 @@ class RunSummary(TypedDict, total=False):
     workers_started: int
     shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
     append_row_format: str | None  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
+    rows_written: int  # rows (elements run() returned) in the output file; 0 before it is assembled
+    output_bytes: int | None  # size of the output file; None when there is none
     metrics_logged: int  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
     report: str | None  # logs/report.html, the run's page (None with report: false)
+    report_url: str | None  # the page uploaded beside an output URL (upload_report); None otherwise
     started_at: str
     ended_at: str | None
     elapsed_s: float

@@ -1,7 +1,7 @@
 """`submit_to: ray_job`: the run's driver runs on the Ray cluster as a Ray job (Ray's Jobs API).
 
     caller (CLI, Airflow worker or triggerer, Prefect)      Ray head node
-    submit_or_attach -> run dir: step.json, ray_job.json    job <base>-<attempt>:
+    submit_or_attach -> run dir: step.json, ray_job.json    job <base>-<attempt>: job_entry.py picks the Python,
                      -> Jobs API: submit_job                    python -m parallel_steps.detached RUN_DIR RUN_ID
     status, wait, logs -> the run directory                     writes run.json, the ledger, logs, the output
     job_ended, stop_job -> Jobs API                             its workers: Ray actors across the cluster
@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +44,7 @@ from ..pool.ray_connect import check_reachable
 from ..pool.ray_env import auth_headers
 from ..store.runs import RAY_JOB_FILE, read_ray_job, read_summary, write_ray_job
 from ..summary import TERMINAL
+from .job_entry import entrypoint
 
 _ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
 _EXIT_S = 120.0  # how long a driver that has ended its run may take to exit before another may start
@@ -74,7 +74,7 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
     write_ray_job(run_dir, address, job_id)
     try:
         client.submit_job(
-            entrypoint=" ".join(["python -m parallel_steps.detached", shlex.quote(str(run_dir)), shlex.quote(run_id)]),
+            entrypoint=entrypoint(str(run_dir), run_id, config.ray_job_python),
             submission_id=job_id,
             runtime_env=_runtime_env(config, run_dir, environment),
             metadata={"parallel_steps_step": config.name, "parallel_steps_run_dir": str(run_dir)},
