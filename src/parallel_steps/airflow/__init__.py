@@ -1,4 +1,5 @@
-"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run` and the provider registration.
+"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run`, the `ray_cluster` connection
+(`RayClusterHook`), the "Run report" link and its plugin, and the provider registration.
 
 `get_provider_info()` is loaded by Airflow's providers manager while Airflow itself is
 starting, so this module imports nothing from Airflow; the operator and the decorator load
@@ -14,13 +15,15 @@ from .. import __version__
 
 _EXPORTS = {
     "ParallelRunOperator": "parallel_steps.airflow.operators",
+    "RayClusterHook": "parallel_steps.airflow.hooks",
     "parallel_run_task": "parallel_steps.airflow.decorators",
 }
 
-__all__ = ["ParallelRunOperator", "get_provider_info", "parallel_run_task"]
+__all__ = ["ParallelRunOperator", "RayClusterHook", "get_provider_info", "parallel_run_task"]
 
 if TYPE_CHECKING:
     from .decorators import parallel_run_task
+    from .hooks import RayClusterHook
     from .operators import ParallelRunOperator
 
 
@@ -38,6 +41,16 @@ def get_provider_info() -> dict[str, Any]:
         "task-decorators": [
             {"name": "parallel_run", "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}
         ],
+        "hooks": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.hooks"]}],
+        "connection-types": [
+            {
+                "connection-type": "ray_cluster",
+                "hook-class-name": "parallel_steps.airflow.hooks.RayClusterHook",
+                "hook-name": "Ray cluster (parallel-steps)",
+            }
+        ],
+        "extra-links": ["parallel_steps.airflow.links.RunReportLink"],
+        "plugins": [{"name": "parallel_steps", "plugin-class": "parallel_steps.airflow.plugin.ParallelStepsPlugin"}],
     }
 
 

@@ -32,6 +32,9 @@ from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides
 from ..platform import require_linux
 from ..report import key_figures
 from ..step import run_step
+from . import assets
+from .hooks import RayClusterHook
+from .links import RunReportLink
 
 FIELDS: tuple[str, ...] = tuple(ParallelRunConfig.model_fields)
 # `BaseOperator.output` is the task's XComArg, so the `output` field lives in another attribute.
@@ -60,7 +63,7 @@ def _with_field_keywords(init: Callable[..., None]) -> Callable[..., None]:
     return init
 
 
-class ParallelRunOperator(BaseOperator):
+class ParallelRunOperator(assets.StepLineage, BaseOperator):
     """Run a parallel step (Azure ML ParallelRunStep) as one Airflow task.
 
     Every `ParallelRunConfig` field is a keyword argument and a template field (listed
@@ -83,10 +86,14 @@ class ParallelRunOperator(BaseOperator):
             "all" (every field; logged as a warning: whoever may trigger the DAG then chooses
             the code that runs), or False (none: use templates such as "{{ params.x }}"). A
             param whose value is None overrides nothing.
+        ray_conn_id: a ``ray_cluster`` connection naming the Ray cluster (address, token, TLS), instead of
+            ``ray_address`` and a token in the environment; the token is never rendered nor logged.
         deferrable: with ``submit_to="ray_job"``, hand the waiting to the triggerer
             (`ParallelRunTrigger`) so no worker slot is held while the job runs (default: the
             ``[operators] default_deferrable`` option). A local driver runs in the worker anyway.
-        **kwargs: config fields (below) and `BaseOperator` arguments.
+        **kwargs: config fields (below) and `BaseOperator` arguments. ``outlets`` defaults to the output as
+            an Asset (the output folder or URL, else the task's folder under the run root; ``[]``: none),
+            ``inlets`` to the inputs; the outlet's event extra holds the run's facts (see docs/airflow.md).
 
     Returns:
         The run summary (XCom ``return_value``): status, counts, run_dir, output_file, config.
@@ -108,6 +115,7 @@ class ParallelRunOperator(BaseOperator):
         attribute(f): "py" for f in ("inputs", "side_inputs", "arguments", "environment_variables")
     }
     ui_color = "#d6eaf8"
+    operator_extra_links = (RunReportLink(),)
     # Seconds between progress lines in the task log (the first and the last are always written).
     progress_log_interval: float = 10.0
 
@@ -117,10 +125,12 @@ class ParallelRunOperator(BaseOperator):
         *,
         parallel_run_config: ParallelRunConfig | None = None,
         params_override: Allowed = True,
+        ray_conn_id: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         fields = {f: kwargs.pop(f, None) for f in FIELDS}
+        outlets, inlets = kwargs.get("outlets"), kwargs.get("inlets")
         super().__init__(**kwargs)
         if parallel_run_config is not None and not isinstance(parallel_run_config, ParallelRunConfig):
             raise TypeError(
@@ -130,11 +140,12 @@ class ParallelRunOperator(BaseOperator):
         allowed_fields(params_override)  # unknown field names fail at parse time
         self.params_override = params_override
         self.deferrable = deferrable
+        self.ray_conn_id = ray_conn_id
         for field, value in fields.items():
             setattr(self, attribute(field), value)
         self._cancel: Cancel | None = None
         self._job: RunHandle | None = None  # the run, when its driver is a Ray job this task submitted or found
-        self._check_static()
+        assets.declare(self, self._check_static(), outlets, inlets)
 
     # Configuration ----------------------------------------------------------------------------
 
@@ -148,15 +159,22 @@ class ParallelRunOperator(BaseOperator):
         """`BaseOperator.partial`, with the static config values checked now (at parse time), as
         `__init__` checks them; the mapped values of `expand()` are checked when each task runs."""
         fields = {f: kwargs[f] for f in FIELDS if kwargs.get(f) is not None}
-        _base_config(kwargs.get("parallel_run_config"), kwargs.get("task_id", ""), fields).with_overrides(
-            **{f: v for f, v in fields.items() if not _deferred(v)}
+        static = {f: v for f, v in fields.items() if not _deferred(v)}
+        config = _base_config(kwargs.get("parallel_run_config"), kwargs.get("task_id", ""), fields).with_overrides(
+            **static
         )
+        if kwargs.get("outlets") is None and "output" in static:  # expand() may map any other field
+            kwargs["outlets"] = assets.default_outlets(config, None, "")
         return super().partial(**kwargs)
 
-    def _check_static(self) -> None:
+    def _check_static(self) -> ParallelRunConfig:
         """Validate what is known at parse time; templates and XComArgs are checked in execute()."""
         static = {f: v for f, v in self.field_values().items() if not _deferred(v)}
-        self._base_config().with_overrides(**static)
+        return self._base_config().with_overrides(**static)
+
+    def is_templated(self, field: str) -> bool:
+        """Whether a config field set on this task is known only when it runs (a template, an XComArg)."""
+        return _deferred(getattr(self, attribute(field)))
 
     def _base_config(self) -> ParallelRunConfig:
         return _base_config(self.parallel_run_config, self.task_id, self.field_values())
@@ -190,6 +208,8 @@ class ParallelRunOperator(BaseOperator):
         try:
             require_linux()
             config = self.build_config(context)
+            if self.ray_conn_id:
+                config = RayClusterHook(self.ray_conn_id).use(config)
             for name, value in resolved_environment(config).items():
                 mask_secret(value, name)  # values from Variables/Connections stay masked in the task log too
         except ConfigError as exc:
@@ -217,6 +237,7 @@ class ParallelRunOperator(BaseOperator):
         except StepFailed as exc:
             raise AirflowException(self._failure(exc.summary, context)) from None
         self._log_result(summary)
+        self._record(summary, context)
         return dict(summary)
 
     def _execute_ray_job(
@@ -234,7 +255,9 @@ class ParallelRunOperator(BaseOperator):
         if self.deferrable:
             from .triggers import ParallelRunTrigger
 
-            trigger = ParallelRunTrigger(str(run_dir), progress_log_interval=self.progress_log_interval)
+            trigger = ParallelRunTrigger(
+                str(run_dir), progress_log_interval=self.progress_log_interval, ray_conn_id=self.ray_conn_id
+            )
             self.defer(trigger=trigger, method_name="execute_complete")
         summary = self._job.wait(
             on_progress=ProgressLog(self.log, self.progress_log_interval),
@@ -250,12 +273,15 @@ class ParallelRunOperator(BaseOperator):
         """
         if event is None:
             return self.execute(context)
+        if self.ray_conn_id:
+            RayClusterHook(self.ray_conn_id).grant()  # the run's status may ask the cluster
         return self._result(run_status(event["run_dir"]), context)
 
     def _result(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
         if summary["status"] != "Succeeded":
             raise AirflowException(self._failure(summary, context))
         self._log_result(summary)
+        self._record(summary, context)
         return dict(summary)
 
     def entry_callables(self) -> bytes | None:
@@ -295,6 +321,7 @@ class ParallelRunOperator(BaseOperator):
 
     def _failure(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> str:
         """Log the job result and keep the summary in XCom; return the exception's message."""
+        self._summary = dict(summary)
         job_result = summary.get("job_result") or str(Path(summary["run_dir"]) / "logs" / "job_result.txt")
         try:
             self.log.error("job result (%s):\n%s", job_result, Path(job_result).read_text())

@@ -16,6 +16,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..errors import ParallelStepsError
 from ..jobs import cancel, watch
+from .hooks import RayClusterHook
 from .operators import ProgressLog
 
 
@@ -26,21 +27,34 @@ class ParallelRunTrigger(BaseTrigger):
         run_dir: the run directory (on storage the triggerer mounts at the same path).
         poll_interval: seconds between two reads of the run's status.
         progress_log_interval: seconds between two progress lines in the task log.
+        ray_conn_id: the task's `ray_cluster` connection (its id: the token is read in the triggerer).
     """
 
-    def __init__(self, run_dir: str, poll_interval: float = 5.0, progress_log_interval: float = 10.0):
+    def __init__(
+        self,
+        run_dir: str,
+        poll_interval: float = 5.0,
+        progress_log_interval: float = 10.0,
+        ray_conn_id: str | None = None,
+    ):
         super().__init__()
         self.run_dir, self.poll_interval, self.progress_log_interval = run_dir, poll_interval, progress_log_interval
+        self.ray_conn_id = ray_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__name__}",
             dict(
-                run_dir=self.run_dir, poll_interval=self.poll_interval, progress_log_interval=self.progress_log_interval
+                run_dir=self.run_dir,
+                poll_interval=self.poll_interval,
+                progress_log_interval=self.progress_log_interval,
+                ray_conn_id=self.ray_conn_id,
             ),
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.ray_conn_id:
+            await RayClusterHook(self.ray_conn_id).agrant()
         progress = ProgressLog(self.log, self.progress_log_interval)
         summary: dict[str, Any] = {}
         on_error = lambda exc: self.log.warning("cannot read the run's status now (%s); trying again", exc)  # noqa: E731

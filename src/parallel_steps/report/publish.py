@@ -1,5 +1,6 @@
-"""The report beside an uploaded output: `report.html` next to the output file, so that the page outlives
-the run folder on the machine that ran the step (an ephemeral worker's disk, a Ray node)."""
+"""The report where users find it: uploaded beside an output URL (`report.html` next to the output file), so
+that the page outlives the run folder on the machine that ran the step, and which pages a server may hand
+out (only run reports under the run root)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import logging
 from pathlib import Path
 
 from ..inputs.storage import upload
+from .render import default_path
 
-REPORT_NAME = "report.html"
+REPORT_NAME = default_path(".").name  # report.html, under the same name as in the run folder
 _log = logging.getLogger(__name__)
 
 
@@ -28,3 +30,14 @@ def upload_report(report: str | None, output_url: str, output_file_name: str, lo
         return None
     log.info("report uploaded to %s", url)
     return url
+
+
+def served_report(report: str | None, run_root: Path) -> Path | None:
+    """The report page at `report` if a server may hand it out: an existing `logs/report.html` of a run under
+    `run_root` once symlinks are resolved; None for anything else (another file, a path out of the root)."""
+    if not report:
+        return None
+    root, page = run_root.resolve(), Path(report).resolve()
+    if not page.is_relative_to(root) or len(page.parents) < 2 or page != default_path(page.parents[1]):
+        return None
+    return page if page.is_file() else None

@@ -41,7 +41,7 @@ from ..errors import ConfigError, ParallelStepsError
 from ..inputs.storage import is_url
 from ..jobs import ENVIRONMENT_VARIABLE, RunHandle, prepare, register
 from ..pool.ray_connect import check_reachable
-from ..pool.ray_env import auth_headers
+from ..pool.ray_env import auth_headers, tls_verify
 from ..store.runs import RAY_JOB_FILE, read_ray_job, read_summary, write_ray_job
 from ..summary import TERMINAL
 from .job_entry import entrypoint
@@ -193,7 +193,7 @@ def _client(address: str) -> JobSubmissionClient:
     if "://" not in address:
         check_reachable(address)  # Ray itself would retry a dead GCS address for minutes
     try:
-        return JobSubmissionClient(address, headers=auth_headers())
+        return JobSubmissionClient(address, headers=auth_headers(address), verify=tls_verify(address))
     except Exception as exc:  # ConnectionError, Ray's AuthenticationError, RuntimeError, ValueError
         raise ConfigError(
             "ray_address", f"cannot use the Ray Jobs API at {address}: {_last_line(str(exc), exc)}", _AUTH_HINT
