@@ -3,8 +3,17 @@
 Install with `pip install "parallel-steps[prefect]"`. See docs/prefect.md.
 """
 
+from .blocks import RayCluster
 from .cache import STEP_REUSE, StepReuse
 from .parameters import step_config
 from .tasks import ParallelRunFailed, parallel_run, parallel_run_async
 
-__all__ = ["STEP_REUSE", "ParallelRunFailed", "StepReuse", "parallel_run", "parallel_run_async", "step_config"]
+__all__ = [
+    "STEP_REUSE",
+    "ParallelRunFailed",
+    "RayCluster",
+    "StepReuse",
+    "parallel_run",
+    "parallel_run_async",
+    "step_config",
+]

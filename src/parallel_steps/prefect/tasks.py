@@ -45,6 +45,8 @@ from ..platform import require_linux
 from ..step import run_step
 from ..summary import RunSummary
 from .artifacts import Progress, publish_summary
+from .assets import record_materialization
+from .blocks import RayCluster, use_cluster
 from .cache import STEP_REUSE
 from .parameters import StepSpec, config_from_parameters, step_config
 
@@ -73,7 +75,9 @@ def _task_run_name(parameters: dict[str, Any]) -> str:
 
 
 @task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
-def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any] | State:
+def parallel_run(
+    parallel_run_config: StepSpec = None, ray_cluster: RayCluster | str | None = None, **fields: Any
+) -> dict[str, Any] | State:
     """Run a parallel step (Azure ML ParallelRunStep) as a Prefect task and return its run summary.
 
     Progress goes to the task's log and a progress artifact; the run summary (and
@@ -85,12 +89,16 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
     Args:
         parallel_run_config: the step, as a `ParallelRunConfig`, a dict of config fields or the path of a
             step YAML file (default: only `fields`).
+        ray_cluster: the Ray cluster, as a `RayCluster` block or the name of a saved one (its address and
+            token), instead of `ray_address` and a token in the environment.
         **fields: config fields (`entry_script`, `inputs`, `mini_batch_size`, `process_count_per_node`,
             `error_threshold`, `backend`, ...) overriding `parallel_run_config`; `None` leaves a field as it is,
             so flow parameters with a `None` default override only when given.
 
     Returns:
         The run summary (`status`, `status_reason`, `reused`, `output_file`, `mini_batches_total`, ...).
+        On success the output folder is a Prefect asset this task run materialized (the run's facts as
+        its metadata), the inputs assets it read; a link artifact opens the run's report.
 
     Raises:
         ParallelRunFailed: the step ended Failed (a `StepFailed`; `.summary` is the run summary). A step
@@ -106,7 +114,7 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
         ...     return parallel_run("step.yaml", mini_batch_size=mini_batch_size)
     """
     require_linux()
-    step = _TaskStep.begin(parallel_run_config, fields)
+    step = _TaskStep.begin(parallel_run_config, fields, ray_cluster)
     try:
         if step.config.submit_to != "ray_job":
             return step.succeeded(_run_watched(step.config, step.run_dir, step.progress, step.logger))
@@ -122,7 +130,9 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
 
 
 @task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
-async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any] | State:
+async def parallel_run_async(
+    parallel_run_config: StepSpec = None, ray_cluster: RayCluster | str | None = None, **fields: Any
+) -> dict[str, Any] | State:
     """`parallel_run` for async flows: `await parallel_run_async(...)`. With `submit_to="ray_job"` the
     task follows the Ray job on the flow's event loop and holds no thread while it waits, so one flow
     can follow many long steps at once; a local driver runs in a worker thread. Arguments, result,
@@ -137,7 +147,7 @@ async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any
     """
     require_linux()
     # What calls Prefect's API or reads the run's files runs in a worker thread, off the event loop.
-    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields)
+    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields, ray_cluster)
     try:
         if step.config.submit_to != "ray_job":
             run = functools.partial(_run_watched, step.config, step.run_dir, step.progress, step.logger)
@@ -166,8 +176,12 @@ class _TaskStep:
     progress: Progress
 
     @classmethod
-    def begin(cls, parallel_run_config: StepSpec, fields: dict[str, Any]) -> _TaskStep:
+    def begin(
+        cls, parallel_run_config: StepSpec, fields: dict[str, Any], ray_cluster: RayCluster | str | None = None
+    ) -> _TaskStep:
         config = step_config(parallel_run_config, **fields)
+        if ray_cluster is not None:
+            config = use_cluster(config, ray_cluster)
         logger = get_run_logger()
         task_run = TaskRunContext.get().task_run
         run_dir = config.resolved_run_root() / f"{config.name}-{task_run.id}"
@@ -194,6 +208,7 @@ class _TaskStep:
             raise StepFailed(summary)
         self.progress.finish(summary)
         publish_summary(summary)
+        record_materialization(self.config, summary, self.logger)
         self.logger.info(
             "step %s: %s%s: %s",
             self.config.name,
