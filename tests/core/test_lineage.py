@@ -1,6 +1,7 @@
 """What the engines publish about a step's data (Airflow Assets and OpenLineage, Prefect assets), computed in
 the core: dataset names in OpenLineage's naming, Parquet schemas from the footer, a run's facts; the report
-uploaded beside an output URL; and how a Ray job picks the Python that runs its driver."""
+uploaded beside an output URL, and the only pages a server hands out; and how a Ray job picks the Python
+that runs its driver."""
 
 import os
 import re
@@ -17,6 +18,7 @@ import pytest
 
 from parallel_steps import ParallelRunConfig, TabularDataset
 from parallel_steps.lineage import input_locations, input_schemas, locate, output_location, run_facts, table_schema
+from parallel_steps.report import served_report
 from parallel_steps.step import run_step
 from parallel_steps.submit import job_entry
 
@@ -168,3 +170,31 @@ def test_the_job_entrypoint_quotes_what_it_is_given():
         "PID",
         "/opt/ray env/bin/python",
     ]
+
+
+def test_a_server_hands_out_only_a_runs_report_page_under_the_run_root(tmp_path):
+    root = tmp_path / "runs"
+    page = root / "airflow" / "dag" / "task" / "run" / "-1" / "logs" / "report.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html></html>")
+    (root / "airflow" / "dag" / "run.json").write_text("{}")
+    (tmp_path / "secret.txt").write_text("secret")
+    outside = tmp_path / "elsewhere" / "logs"
+    outside.mkdir(parents=True)
+    (outside / "report.html").write_text("not a run of this root")
+    (root / "link" / "logs").mkdir(parents=True)
+    (root / "link" / "logs" / "report.html").symlink_to(outside / "report.html")
+
+    assert served_report(str(page), root) == page
+    assert served_report(f"{root}/airflow/dag/task/run/-1/logs/../logs/report.html", root) == page
+    for refused in (
+        None,
+        "",
+        str(root / "airflow" / "dag" / "run.json"),  # under the root, not a report
+        f"{root}/../secret.txt",
+        str(outside / "report.html"),  # a report page, of no run under the root
+        str(root / "link" / "logs" / "report.html"),  # a link out of the root
+        str(root / "gone" / "logs" / "report.html"),
+        "/etc/passwd",
+    ):
+        assert served_report(refused, root) is None, refused

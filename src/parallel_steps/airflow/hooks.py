@@ -10,6 +10,7 @@ XCom, run.json or step.json.
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -100,7 +101,8 @@ def cluster_of(
         raise ConfigError("ray_conn_id", "the connection has no host", "set the head node's host name or address")
     scheme = (scheme or "").lower()
     if "://" in host:  # the whole URL in the host field
-        scheme, host = host.split("://", 1)
+        url = urllib.parse.urlsplit(host)
+        scheme, host, port = url.scheme, url.hostname or "", url.port or port
     if scheme in ("http", "https"):
         address = f"{scheme}://{host}:{port or _JOBS_API_PORT}"
     elif scheme in ("", "ray", "gcs"):
