@@ -25,7 +25,7 @@ from ..store.runs import default_run_root
 SUMMARY_KEYS = ("return_value", "parallel_run_summary")
 #: The page draws from its own inline data and scripts: nothing else may load, nor may it be framed.
 _HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; "
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
     "style-src 'unsafe-inline'; img-src data: blob:; frame-ancestors 'self'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
