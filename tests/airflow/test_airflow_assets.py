@@ -1,7 +1,8 @@
-"""Data-aware scheduling and the run report, in the suite's running Airflow (deployment.py): DAG A's parallel
-step declares its output folder as an outlet Asset; DAG B, scheduled on that Asset, runs once A succeeded
-and reads the run's facts from the asset event. The step's "Run report" extra link opens its report through
-the provider's plugin on the api-server: for a reader of DAG A, not for a reader of another team's DAGs,
+"""Data-aware scheduling and the run report, in the suite's running Airflow (deployment.py), with the example
+DAGs of dags/parallel_run_assets.py: `parallel_run_word_counts`' parallel step declares its output folder as
+an outlet Asset; `parallel_run_word_totals`, scheduled on that Asset, runs once the first succeeded and reads
+the run's facts from the asset event. The step's "Run report" extra link opens its report through the
+provider's plugin on the api-server: for a reader of the DAG, not for a reader of another team's DAGs,
 never for a path, and in a browser the charts draw.
 
 Both DAGs live in team_a's bundle: `author_a` triggers, `reader_a` may read them, `reader_b` (team_b) not.
@@ -15,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -26,63 +26,24 @@ import httpx
 import pytest
 from deployment import Deployment, deployed, wait_for, wait_for_dags
 
+from conftest import DAGS
+
 pytestmark = pytest.mark.slow
 
-PRODUCER, CONSUMER, TASK = "parallel_run_assets_producer", "parallel_run_assets_consumer", "score"
-FILES = 4
+PRODUCER, CONSUMER, TASK = "parallel_run_word_counts", "parallel_run_word_totals", "count_words"
+DOCUMENTS = 40  # what the example's make_documents writes
 AUTHOR, READER, OTHER_READER = "author_a", "reader_a", "reader_b"
-
-SCORE = """
-def run(mini_batch):
-    return [open(path).read().strip() for path in mini_batch]
-"""
-
-PRODUCER_DAG = """
-from airflow.sdk import DAG
-from parallel_steps.airflow import ParallelRunOperator
-
-with DAG(dag_id={dag_id!r}, schedule=None, catchup=False):
-    ParallelRunOperator(
-        task_id={task_id!r}, entry_script={script!r}, inputs={inputs!r}, output={output!r}, mini_batch_size=2,
-        process_count_per_node=1,
-    )
-"""
-
-CONSUMER_DAG = """
-from airflow.sdk import DAG, Asset, task
-
-scores = Asset(uri={uri!r})
-
-with DAG(dag_id={dag_id!r}, schedule=[scores], catchup=False):
-
-    @task(inlets=[scores])
-    def read(*, inlet_events=None):
-        event = inlet_events[scores][-1]
-        return {{"extra": dict(event.extra), "source_dag_id": event.source_dag_id, "source_run_id": event.source_run_id}}
-
-    read()
-"""
 
 
 @deployed
-def _write_dags(home: Path) -> None:
-    data = home / "assets-data"
-    data.mkdir()
-    for i in range(FILES):
-        (data / f"f{i}.txt").write_text(f"{i}\n")
-    (home / "assets-score.py").write_text(SCORE)
-    output = home / "lake" / "scores"
-    team_a = home / "bundles" / "team-a"
-    producer = PRODUCER_DAG.format(
-        dag_id=PRODUCER, task_id=TASK, script=str(home / "assets-score.py"), inputs=str(data), output=str(output)
-    )
-    (team_a / f"{PRODUCER}.py").write_text(textwrap.dedent(producer))
-    (team_a / f"{CONSUMER}.py").write_text(CONSUMER_DAG.format(dag_id=CONSUMER, uri=output.as_uri()))
+def _link_the_example(home: Path) -> None:
+    """The example file, linked into team_a's bundle (it finds its entry scripts beside the link's target)."""
+    (home / "bundles" / "team-a" / "parallel_run_assets.py").symlink_to(DAGS / "parallel_run_assets.py")
 
 
 @pytest.fixture(scope="module")
 def produced(airflow_deployment) -> dict[str, Any]:
-    """DAG A run once, to its end: {"run_id": its DAG run, "summary": the step's summary}."""
+    """The producer run once, to its end: {"run_id": its DAG run, "summary": the step's summary}."""
     airflow = airflow_deployment
     wait_for_dags(airflow, AUTHOR, PRODUCER, CONSUMER)
     run_id = airflow.trigger(AUTHOR, PRODUCER)
@@ -100,7 +61,7 @@ def excused_process(airflow_deployment):
 
 def test_a_dag_scheduled_on_the_step_output_runs_after_it_and_reads_the_runs_facts(airflow_deployment, produced):
     airflow, summary = airflow_deployment, produced["summary"]
-    assert summary["status"] == "Succeeded"
+    assert (summary["status"], summary["rows_written"]) == ("Succeeded", DOCUMENTS)
 
     def consumer_run() -> str | None:
         response = airflow.client(AUTHOR).get(f"/api/v2/dags/{CONSUMER}/dagRuns")
@@ -110,17 +71,28 @@ def test_a_dag_scheduled_on_the_step_output_runs_after_it_and_reads_the_runs_fac
 
     run_id = wait_for(f"a run of {CONSUMER}", consumer_run, airflow.components)
     assert airflow.finished(AUTHOR, CONSUMER, run_id) == "success", airflow.components.logs()
-    read = airflow.xcom(AUTHOR, CONSUMER, run_id, "read")
-    assert read.status_code == 200, read.text
-    event = read.json()["value"]
+    total = airflow.xcom(AUTHOR, CONSUMER, run_id, "total")
+    assert total.status_code == 200, total.text
+    words = sum(range(1, DOCUMENTS + 1))
+    assert total.json()["value"] == {"run_id": summary["run_id"], "documents": DOCUMENTS, "words": words}
 
-    assert (event["source_dag_id"], event["source_run_id"]) == (PRODUCER, produced["run_id"])
-    extra = event["extra"]
-    assert extra["run_id"] == summary["run_id"]
-    assert (extra["rows_written"], extra["mini_batches_run"], extra["mini_batches_reused"]) == (FILES, 2, 0)
-    assert (extra["mini_batches_failed"], extra["status"], extra["reused"]) == (0, "Succeeded", False)
-    assert extra["output_file"] == Path(summary["output_file"]).as_uri()
-    assert Path(summary["output_file"]).read_text().split() == [str(i) for i in range(FILES)]
+    events = airflow.client(AUTHOR).get("/api/v2/assets/events", params={"source_dag_id": PRODUCER})
+    assert events.status_code == 200, events.text
+    (event,) = events.json()["asset_events"]
+    assert (event["uri"], event["source_run_id"]) == (Path(summary["output"]).as_uri(), produced["run_id"])
+    assert event["extra"] == {
+        "run_id": summary["run_id"],
+        "status": "Succeeded",
+        "reused": False,
+        "rows_written": DOCUMENTS,
+        "mini_batches_run": 4,
+        "mini_batches_reused": 0,
+        "mini_batches_failed": 0,
+        "items_succeeded": DOCUMENTS,
+        "items_failed": 0,
+        "output_file": Path(summary["output_file"]).as_uri(),
+        "report": summary["report"],
+    }
 
 
 def report_link(airflow: Deployment, run_id: str, user: str = READER) -> str:
@@ -139,7 +111,7 @@ def test_the_run_report_link_opens_the_report_for_readers_of_the_dag_only(airflo
     assert page.status_code == 200, page.text
     assert page.headers["content-type"].startswith("text/html")
     assert page.content == Path(produced["summary"]["report"]).read_bytes()
-    assert f"<title>{TASK} · Succeeded · parallel-steps report</title>" in page.text
+    assert "<title>count-words · Succeeded · parallel-steps report</title>" in page.text
 
     assert airflow.client(OTHER_READER).get(link).status_code == 403  # a reader of team_b's DAGs only
     assert httpx.get(link).status_code == 401  # nobody logged in

@@ -90,14 +90,3 @@ def test_daily_dag_runs_only_the_new_days_files(run_dag, tmp_path):
     rows = Path(day2["output_file"]).read_text().splitlines()
     assert len(rows) == 50
     assert len({row.split(":")[0] for row in rows}) == 50  # every file's row, old and new, once
-
-
-def test_assets_dags_the_second_reads_the_first_runs_facts_from_the_asset_event(run_dag):
-    counts = run_dag("parallel_run_word_counts")
-    assert counts.returncode == 0, counts.log[-5000:]
-    summary = counts.xcom("count_words")
-    assert (summary["status"], summary["rows_written"]) == ("Succeeded", 40)
-
-    totals = run_dag("parallel_run_word_totals")
-    assert totals.returncode == 0, totals.log[-5000:]
-    assert totals.xcom("total") == {"run_id": summary["run_id"], "documents": 40, "words": sum(range(1, 41))}
