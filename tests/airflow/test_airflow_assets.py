@@ -26,10 +26,9 @@ import httpx
 import pytest
 from deployment import Deployment, deployed, wait_for, wait_for_dags
 
-from conftest import DAGS
-
 pytestmark = pytest.mark.slow
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "dags" / "parallel_run_assets.py"
 PRODUCER, CONSUMER, TASK = "parallel_run_word_counts", "parallel_run_word_totals", "count_words"
 DOCUMENTS = 40  # what the example's make_documents writes
 AUTHOR, READER, OTHER_READER = "author_a", "reader_a", "reader_b"
@@ -38,7 +37,7 @@ AUTHOR, READER, OTHER_READER = "author_a", "reader_a", "reader_b"
 @deployed
 def _link_the_example(home: Path) -> None:
     """The example file, linked into team_a's bundle (it finds its entry scripts beside the link's target)."""
-    (home / "bundles" / "team-a" / "parallel_run_assets.py").symlink_to(DAGS / "parallel_run_assets.py")
+    (home / "bundles" / "team-a" / EXAMPLE.name).symlink_to(EXAMPLE)
 
 
 @pytest.fixture(scope="module")
