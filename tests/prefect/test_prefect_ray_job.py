@@ -144,7 +144,8 @@ def test_a_ray_cluster_block_gives_the_cluster_and_its_token_which_shows_nowhere
     summary = state.result()
     assert (summary["status"], summary["items_succeeded"]) == ("Succeeded", 6)
     assert json.loads((Path(summary["run_dir"]) / "ray_job.json").read_text())["address"] == cluster["dashboard"]
-    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)  # for the test's own look at the job
+    for name, value in cluster["env"].items() | {("RAY_AUTH_TOKEN", TOKEN)}:  # for the test's own look at the job
+        monkeypatch.setenv(name, value)
     assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
     run = flow_run_id(state)
 
