@@ -1,6 +1,6 @@
 """MkDocs hook: the configuration reference, generated from `ParallelRunConfig.model_fields` at build time.
 
-Each field is described once, in config.py (`Field(description=...)`); this table replaces the
+Each field is described once, in config_fields.py (`Field(description=...)`); this table replaces the
 `<!-- config-fields -->` marker of configuration.md, so the site can never drift from the model.
 """
 

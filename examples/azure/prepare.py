@@ -11,6 +11,10 @@
 - data/oj_sales/oj_sales.csv: orange juice sales by week, store and brand (the OJ sample's
   columns); data/oj_sales_partitioned/Store=*/Brand=*/part-0.parquet: the same rows written
   by key (hive folders, what `partition_by` and Spark write).
+- pipelines/iris/neural-iris-mltable/iris.csv and pipelines/iris/iris-model/ (an MLflow model folder:
+  MLmodel and model.pkl): the data and model of Azure's iris parallel pipeline.
+- pipelines/oj_sales/oj_sales_data/oj_sales_data.csv: weekly sales by store and brand, the columns of
+  Azure's oj-sales parallel pipeline, for its partitioning and training jobs.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def main(root: Path = HERE) -> None:
     iris(root)
     music(root, rng)
     oj_sales(root, rng)
+    pipelines(root, rng)
     print(f"wrote the Azure samples' data and models to {root / 'data'} and {root / 'models'}")
 
 
@@ -125,6 +130,42 @@ def oj_sales(root: Path, rng: np.random.Generator) -> None:
         partitioning=["Store", "Brand"],
         partitioning_flavor="hive",
     )
+
+
+def pipelines(root: Path, rng: np.random.Generator) -> None:
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    iris_folder = root / "pipelines" / "iris"
+    data = load_iris()
+    frame = pd.DataFrame(data.data, columns=["sepal_length", "sepal_width", "petal_length", "petal_width"])
+    frame.to_csv(iris_folder / "neural-iris-mltable" / "iris.csv", index=False)
+    model = LogisticRegression(max_iter=1000).fit(
+        frame.values, np.array(["Setosa", "Versicolor", "Virginica"])[data.target]
+    )
+    (iris_folder / "iris-model").mkdir(exist_ok=True)
+    (iris_folder / "iris-model" / "model.pkl").write_bytes(pickle.dumps(model))
+    (iris_folder / "iris-model" / "MLmodel").write_text(
+        "flavors:\n  python_function:\n    loader_module: mlflow.sklearn\n    model_path: model.pkl\n"
+        "  sklearn:\n    pickled_model: model.pkl\n    serialization_format: pickle\n"
+    )
+    keys = pd.MultiIndex.from_product(
+        [range(30), (1000, 1001, 1002), BRANDS], names=["week", "Store", "Brand"]
+    ).to_frame()
+    sales = pd.DataFrame(
+        {
+            "WeekStarting": (pd.Timestamp("1990-06-14") + pd.to_timedelta(7 * keys["week"], unit="D")).dt.date,
+            "Store": keys["Store"],
+            "Brand": keys["Brand"],
+            "Quantity": rng.integers(2000, 20000, len(keys)),
+            "Advert": rng.integers(0, 2, len(keys)),
+            "Price": rng.uniform(1.5, 3.5, len(keys)).round(2),
+        }
+    ).reset_index(drop=True)
+    sales["Revenue"] = (sales["Quantity"] * sales["Price"]).round(2)
+    folder = root / "pipelines" / "oj_sales" / "oj_sales_data"
+    folder.mkdir(exist_ok=True)
+    sales.to_csv(folder / "oj_sales_data.csv", index=False)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .azure.worker_hook import AzureMLWorkerHook as _AzureMLWorkerHook
+from .config_loaders import register_config_loader as _register_config_loader
+from .config_loaders import register_job_reader as _register_job_reader
+from .version import __version__
+from .worker.hooks import register_worker_hook as _register_worker_hook
 
 _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
-    "ParallelRunStep": "parallel_steps.step",
+    "ParallelRunStep": "parallel_steps.parallel_run_step",
     "run_step": "parallel_steps.step",
-    "load_job": "parallel_steps.azure.job",
+    "load_job": "parallel_steps.config",
     "FileDataset": "parallel_steps.inputs.datasets",
     "TabularDataset": "parallel_steps.inputs.datasets",
     "EntryScript": "parallel_steps.worker.entry_script",
@@ -40,12 +44,20 @@ __all__ = [
     "run_step",
 ]
 
+# The composition root: the Azure ML layer sets up what entry scripts import (azureml.core, models)
+# in every worker (the core only calls the hooks registered here; every worker imports this first)...
+_register_worker_hook(_AzureMLWorkerHook())
+# ...reads v2 job files (`ParallelRunConfig.from_yaml`, `load_job`, the CLI), and azure-ai-ml job objects given
+# as a ParallelRunStep's parallel_run_config.
+_register_job_reader("parallel_steps.azure.job:job_fields")
+_register_config_loader("parallel_steps.azure.sdk_objects:sdk_config")
+
 if TYPE_CHECKING:
-    from .azure.job import load_job
-    from .config import ParallelRunConfig
+    from .config import ParallelRunConfig, load_job
     from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
     from .inputs.datasets import FileDataset, TabularDataset
-    from .step import ParallelRunStep, run_step
+    from .parallel_run_step import ParallelRunStep
+    from .step import run_step
     from .worker.entry_script import EntryScript
 
 

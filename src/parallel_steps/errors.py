@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from .masking import mask_urls
+
 if TYPE_CHECKING:
     from .summary import RunSummary
 
@@ -26,11 +28,12 @@ class ConfigError(ParallelStepsError, ValueError):
 
 
 class InputError(ParallelStepsError):
-    """A missing, unreadable or malformed input, side input or entry script file."""
+    """A missing, unreadable or malformed input, side input or entry script file (a URL's password or
+    query string is masked: the message reaches logs and summaries)."""
 
     def __init__(self, path: str, problem: str):
-        self.path, self.problem = path, problem
-        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = mask_urls(path), mask_urls(problem)
+        super().__init__(f"{self.path}: {self.problem}")
 
 
 class UnsupportedPlatform(ConfigError):

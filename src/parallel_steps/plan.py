@@ -1,19 +1,23 @@
 """Writing a run's plan into its ledger: every mini-batch, with the results it may take from reuse sources.
 
-Two ways: a whole plan (when there is something to reuse: whole-step reuse needs every
-fingerprint before any worker starts), or a plan that streams into the running
-driver a chunk at a time (a fresh run: the first mini-batches run while the rest is
-listed, and files are fingerprinted by the workers that read them).
+Two ways, each an explicit call that writes: `whole` (when there is something to reuse:
+whole-step reuse needs every fingerprint before any worker starts), or `start_streaming`
+then `write_next_chunk`, which the running driver calls whenever it runs out of mini-batches
+(a fresh run: the first mini-batches run while the rest is listed, and files are
+fingerprinted by the workers that read them).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .checks import check_step
 from .config import ParallelRunConfig
+from .config_sections import PlanSettings
+from .environment import storage_settings
+from .inputs import storage_options
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import Planner
 from .reuse import ReuseSources, step_code_key
@@ -30,34 +34,34 @@ _CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 class RunPlan:
     """The plan of one run, and the counts it implies (planned, reused, taken from this run's own past, new)."""
 
-    def __init__(self, config: ParallelRunConfig, ledger: Ledger, run_id: str, resumed: bool = False):
+    def __init__(self, settings: PlanSettings, ledger: Ledger, run_id: str, resumed: bool = False):
         """`resumed`: a restart, or a rerun in the same folder; the counts of work done (workers started,
         attempts retried) go on from where the run's earlier attempts left them in the ledger."""
-        self.config, self.ledger, self.run_id = config, ledger, run_id
+        self.settings, self.ledger, self.run_id = settings, ledger, run_id
         self.counters = Counters()
         if resumed:
             for name in RESUMED_COUNTS:
                 setattr(self.counters, name, int(ledger.get(name) or 0))
         self.notes: list[str] = []  # the planner's advice, logged with the plan
         self.diff: PlanDiff | None = None  # against the earlier plan, when the plan was sticky
+        self._streaming: tuple[Planner, Iterator[MiniBatch]] | None = None  # a streamed plan's planner, listing
 
     def whole(self, sources: ReuseSources) -> None:
         """Write the whole plan, taking finished results from `sources`. File inputs keep the earlier
         plan's mini-batches (inputs/incremental.py); others are matched by fingerprint."""
-        config = self.config
+        settings = self.settings
         # Here, not at the top: the sticky planner's index needs numpy (0.1 s to import), which a fresh
         # run, planned while it streams, never pays for.
         from .inputs.incremental import IncrementalPlanner, is_incremental
 
         planner: IncrementalPlanner | Planner
         rows: Iterator[PlanRow]
-        if is_incremental(config.inputs, config.partition_keys):
-            planner = IncrementalPlanner(
-                config.inputs, config.batch_size, config.reuse_fingerprint, sources.earlier_plan()
-            )
+        datasets = settings.inputs
+        if is_incremental(datasets, settings.partition_keys):
+            planner = IncrementalPlanner(datasets, settings.batch_size, settings.fingerprint, sources.earlier_plan())
             rows = ((p.mini_batch, sources.find(p.mini_batch), p.tokens) for p in planner.mini_batches())
         else:
-            planner = self._planner(defer_files=False)
+            planner = planner_for(settings, defer_files=False)
             rows = ((mini_batch, sources.find(mini_batch), None) for mini_batch in planner.mini_batches())
         self.ledger.clear_plan()
         while chunk := list(itertools.islice(rows, _CHUNK)):
@@ -70,30 +74,29 @@ class RunPlan:
             self.notes = planner.notes
         self.ledger.commit()
 
-    def streamed(self, on_planned: Callable[[], None]) -> Iterator[MiniBatch]:
-        """The plan, written a chunk at a time as the driver takes it; `counters.planning` until the end,
-        when `on_planned()` is called. Nothing came before it: every mini-batch and input is new."""
+    def start_streaming(self) -> None:
+        """Begin a fresh run's plan, written by `write_next_chunk`: `counters.planning` until it is complete.
+        Nothing came before it: every mini-batch and input is new."""
         self.counters.planning = True
-        return self._stream(on_planned)
+        planner = planner_for(self.settings, defer_files=True)
+        self._streaming = planner, planner.mini_batches()
 
-    def _stream(self, on_planned: Callable[[], None]) -> Iterator[MiniBatch]:
-        planner = self._planner(defer_files=True)
-        mini_batches = planner.mini_batches()
-        counters = self.counters
-        while chunk := list(itertools.islice(mini_batches, _CHUNK)):
-            self._add([(mini_batch, None, None) for mini_batch in chunk], descriptors=False)
-            counters.mini_batches_new += len(chunk)
-            counters.inputs_new += sum(mb.items or 0 for mb in chunk if mb.kind == "files")
-            yield from chunk
-        counters.planning = False
-        self.notes = planner.notes
-        on_planned()
-
-    def _planner(self, defer_files: bool) -> Planner:
-        config = self.config
-        return Planner(
-            config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint, defer_files=defer_files
-        )
+    def write_next_chunk(self) -> list[MiniBatch]:
+        """List the plan's next mini-batches, write them into the ledger and count them; `[]` once the plan
+        is complete (`counters.planning` is then off and the planner's `notes` are here)."""
+        if self._streaming is None:
+            return []
+        planner, listing = self._streaming
+        chunk = list(itertools.islice(listing, _CHUNK))
+        if not chunk:
+            self.counters.planning = False
+            self.notes = planner.notes
+            self._streaming = None
+            return []
+        self._add([(mini_batch, None, None) for mini_batch in chunk], descriptors=False)
+        self.counters.mini_batches_new += len(chunk)
+        self.counters.inputs_new += sum(mb.items or 0 for mb in chunk if mb.kind == "files")
+        return chunk
 
     def _add(self, rows: list[PlanRow], descriptors: bool = True) -> None:
         """Rows into the ledger; a result from this run's own past counts as succeeded, not as reused."""
@@ -115,6 +118,13 @@ class RunPlan:
         counters.inputs_deleted = diff.inputs_deleted
 
 
+def planner_for(settings: PlanSettings, defer_files: bool = False) -> Planner:
+    """The planner of a step's inputs (`defer_files`: file mini-batches are fingerprinted by their workers)."""
+    return Planner(
+        settings.inputs, settings.batch_size, settings.partition_keys, settings.fingerprint, defer_files=defer_files
+    )
+
+
 def preview(config: ParallelRunConfig, entry_callables: bytes | None = None) -> dict[str, Any]:
     """What a run of `config` would do now, without running anything or writing a file: how many
     mini-batches it would reuse, run, keep from the earlier plan or drop, and why.
@@ -122,6 +132,11 @@ def preview(config: ParallelRunConfig, entry_callables: bytes | None = None) -> 
     Raises:
         ConfigError, InputError: as `run_step` would, before anything runs.
     """
+    with storage_options.using(storage_settings(config)):  # inputs named by URLs are listed with the step's options
+        return _preview(config, entry_callables)
+
+
+def _preview(config: ParallelRunConfig, entry_callables: bytes | None) -> dict[str, Any]:
     checked = check_step(config, entry_callables)
     code = step_code_key(config, checked, entry_callables)
     root = config.resolved_run_root()
@@ -129,7 +144,7 @@ def preview(config: ParallelRunConfig, entry_callables: bytes | None = None) -> 
     ledger = Ledger(":memory:")
     try:
         sources = ReuseSources("", None, index, code, config.allow_reuse)
-        plan = RunPlan(config, ledger, "")
+        plan = RunPlan(config.plan_settings(), ledger, "")
         plan.whole(sources)
     finally:
         ledger.close()

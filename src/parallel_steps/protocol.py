@@ -1,25 +1,53 @@
 """The worker protocol: what crosses between the driver, the worker pools and the workers.
 
-A leaf module (it imports nothing of the project at run time), so the driver, both
-pools and the worker runtime agree on one definition without importing each other:
+A leaf module (it imports nothing of the project), so the driver, both pools, the
+worker runtime and the store agree on one definition without importing each other:
 
-    driver ──submit(WorkerInfo, MiniBatch)──▶ pool ──WorkerSpec, MiniBatch──▶ worker
-       ▲                                        │                               │
-       └──── Ready | InitFailed | ItemsLoaded ◀─┴──────────── Outcome ◀─────────┘
-             HangTimeoutChanged | Finished | Lost
+    driver ──submit(WorkerInfo, MiniBatch)──▶ pool ──WorkerSpec, RunAttempts, StopWorker──▶ worker
+       ▲                                        │                                            │
+       └──── Ready | InitFailed | ItemsLoaded ◀─┴── WorkerReady | WorkerInitFailed ◀─────────┘
+             HangTimeoutChanged | Finished | Lost   WorkerLoaded | WorkerHangTimeout
+                                                    WorkerResults (Outcome) | WorkerOverMemory
 
-Events name mini-batches by their index; the driver holds the descriptors.
+Events (driver <- pool) name mini-batches by their index; the driver holds the descriptors.
+Wire messages (pool <-> worker) are the same types on both pools, in the manner of
+concurrent.futures' `_CallItem` / `_ResultItem`: small, frozen, cheap to pickle. The local
+pool frames them on a socket (pool/local_frames.py); Ray carries them as call arguments,
+return values and mailbox posts.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Generic, NamedTuple, TypeVar
 
-if TYPE_CHECKING:
-    from .store.logs import WorkerLogPaths
-    from .store.output import Part
+_MiniBatch = TypeVar("_MiniBatch")  # the descriptor (inputs/minibatch.py): opaque to the protocol
+
+
+# What a worker is given and what it reports ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerLogPaths:
+    """The files of one worker process (`processNNN` on a node); laid out by store/logs.py."""
+
+    stdout: Path
+    stderr: Path
+    entry_script_log: Path
+    error: Path
+    mini_batches: Path
+    profile: Path
+    metrics: Path  # the entry script's `Run.get_context().log(...)` calls (written by the Azure ML layer)
+
+
+class Part(NamedTuple):
+    """A slice of a worker's spool file holding one mini-batch's rows (store/output.py writes it)."""
+
+    path: str
+    offset: int
+    length: int
 
 
 class LossReason(enum.StrEnum):
@@ -146,3 +174,88 @@ class Lost(Event):
     reason: LossReason
     exit_code: int | None
     detail: str
+
+
+# Wire messages: pool <-> worker ----------------------------------------------------------------
+
+
+class _Message:
+    """A wire message pickles as its class and a tuple of its fields (the dataclass default is slower)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        fields: tuple[str, ...] = self.__slots__  # the subclass's, in field order
+        return type(self), tuple(getattr(self, name) for name in fields)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAttempts(_Message, Generic[_MiniBatch]):
+    """To a worker: run these (mini-batch, attempt) pairs in order, after those sent before."""
+
+    attempts: list[tuple[_MiniBatch, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class StopWorker(_Message):
+    """To an idle worker: run shutdown() and exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReady(_Message):
+    """From a worker: init() returned. `gpu` is what Ray assigned it (the local pool chose its own)."""
+
+    pid: int
+    gpu: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInitFailed(_Message):
+    """From a worker: the entry script failed to import or init() raised (`error`: the traceback text)."""
+
+    error: str
+    pid: int
+    gpu: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoaded(_Message):
+    """From a worker: it read the mini-batch it runs, and now knows its item count."""
+
+    mini_batch: int
+    attempt: int
+    items: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHangTimeout(_Message):
+    """From a worker: the entry script gave the run() it runs `seconds` from now (None: no limit;
+    negative: back to the run() timeout)."""
+
+    mini_batch: int
+    attempt: int
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResults(_Message):
+    """From a local worker: the outcomes of the mini-batches it finished since the last message, in order
+    (a Ray actor returns each outcome from its run() call)."""
+
+    results: list[tuple[int, Outcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOverMemory(_Message):
+    """From a Ray actor: the run() it runs took it above worker_memory_limit (`rss` bytes); the pool
+    kills it. (The local pool samples its workers' memory itself.)"""
+
+    mini_batch: int
+    attempt: int
+    rss: int
+
+
+#: Everything a pool sends a local worker (a Ray actor is called instead: its run() and shutdown()).
+ToWorker = RunAttempts[Any] | StopWorker
+#: Everything a worker sends its pool.
+FromWorker = WorkerReady | WorkerInitFailed | WorkerLoaded | WorkerHangTimeout | WorkerResults | WorkerOverMemory

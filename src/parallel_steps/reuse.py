@@ -16,9 +16,8 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from . import __version__
 from .checks import Checked
 from .config import ParallelRunConfig
 from .driver.health import threshold_breach
@@ -35,10 +34,11 @@ from .store.logs import timestamp
 from .store.output import link_or_copy
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, read_summary
-from .summary import Counters, RunSummary
+from .summary import Counters, RunStatus, RunSummary
+from .version import __version__
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
-RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action")
+RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action", "append_row_dataframe_header")
 _REUSE_SOURCES = 5  # earlier runs whose finished mini-batches a run looks up
 
 
@@ -184,8 +184,11 @@ def restore_whole_step(
     earlier = index.succeeded_with_step_key(key)
     if not earlier or earlier["run_id"] == run.run_id:
         return None
-    summary = read_summary(Path(earlier["run_dir"]))
-    if not summary or summary.get("status") != "Succeeded" or threshold_breach(config, Counters.of(summary)):
+    found = read_summary(Path(earlier["run_dir"]))
+    if not found or found.get("status") != RunStatus.SUCCEEDED:
+        return None
+    summary = RunSummary(found)
+    if threshold_breach(config.thresholds(), Counters.of(summary)):
         return None
     output, target = summary.get("output"), summary.get("output_file")
     if target:
@@ -200,24 +203,24 @@ def restore_whole_step(
             output = str(run.output_dir)
             target = str(link_or_copy(source, run.output_dir / config.append_row_file_name))
     # Counts describe this invocation: nothing ran, every mini-batch was reused.
-    restored: RunSummary = {
-        **cast(RunSummary, summary),  # read back from the run.json a RunSummary was written to
-        "reused": True,
-        "output": output,
-        "output_file": target,
-        "mini_batches_reused": summary["mini_batches_total"],
-        "mini_batches_run": 0,
-        "workers_started": 0,
-        "attempts_retried": 0,
-        "started_at": timestamp(started_at),
-        "ended_at": timestamp(),
-        "elapsed_s": round(time.time() - started_at, 3),
-        "config": public_config(config),
+    restored = RunSummary(
+        summary,
+        reused=True,
+        output=output,
+        output_file=target,
+        mini_batches_reused=summary.mini_batches_total,
+        mini_batches_run=0,
+        workers_started=0,
+        attempts_retried=0,
+        started_at=timestamp(started_at),
+        ended_at=timestamp(),
+        elapsed_s=round(time.time() - started_at, 3),
+        config=public_config(config),
         # the earlier run's page, uploaded beside this run's output
-        "report_url": upload_report(summary.get("report"), run.output_url, config.append_row_file_name)
+        report_url=upload_report(summary.get("report"), run.output_url, config.append_row_file_name)
         if run.output_url and config.upload_report
         else None,
-    }
+    )
     return restored
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import contextlib
 
-from .azure.azureml_shim import metrics_path
 from .checks import Checked
 from .config import ParallelRunConfig
-from .environment import resolved_environment
+from .environment import resolved_environment, secret_values
+from .inputs import storage_options
 from .monitor import ResourceMonitor
 from .pool.base import WorkerPool, node_id_of
 from .pool.factory import make_pool
 from .protocol import WorkerSpec
+from .store.output import spool_format
 from .store.rundir import RunDirectory
 
 
@@ -23,18 +24,21 @@ class RunWorkers:
         self.config, self.checked, self.entry_callables, self.run = config, checked, entry_callables, run
 
     def pool(self) -> WorkerPool:
-        """A new pool (local or Ray, by `backend`); secrets are resolved here, for the workers' environment only."""
-        return make_pool(self.config, self.spec, resolved_environment(self.config))
+        """A new pool (local or Ray, by `backend`); secrets are resolved here, for the workers' environment only
+        (the storage settings too: the run's, as the driver opens URLs with them)."""
+        environment = {**resolved_environment(self.config), **storage_options.current().to_environment()}
+        return make_pool(self.config, self.spec, environment)
 
     def spec(self, node_index: int, node_id: str, process_name: str) -> WorkerSpec:
         config, run = self.config, self.run
+        logs = run.logs.worker(node_id, process_name)
         return WorkerSpec(
             node_id=node_id,
             process_name=process_name,
-            logs=run.logs.worker(node_id, process_name),
+            logs=logs,
             parts_dir=str(run.parts),
             output_dir=str(run.output_dir),
-            output_format=config.output_format,
+            output_format=spool_format(config.output_format, config.append_row_dataframe_header),
             append_row=config.output_action == "append_row",
             entry_script=str(self.checked.entry_script) if self.checked.entry_script else None,
             entry_callables=self.entry_callables,
@@ -42,7 +46,7 @@ class RunWorkers:
             arguments=self.checked.arguments,
             side_inputs=self.checked.side_inputs,
             models=self.checked.models,
-            metrics_log=str(metrics_path(run.logs.root, node_id, process_name)),
+            metrics_log=str(logs.metrics),
             logging_level=config.logging_level,
             profile=config.profiling_module == "cProfile",
             fingerprint_mode=config.reuse_fingerprint,
@@ -54,5 +58,5 @@ class RunWorkers:
         if not interval:
             return contextlib.nullcontext()
         nodes = [node_id_of(i) for i in range(self.config.node_count)]
-        secrets = resolved_environment(self.config).values()
+        secrets = secret_values(self.config)
         return ResourceMonitor(self.run.logs, nodes, pool.processes, interval, self.run.path, secrets)

@@ -1,4 +1,5 @@
-"""The step API: `run_step(config)` and `ParallelRunStep`, the one entry every integration calls.
+"""The step API: `run_step(config)`, the one entry every integration's driver runs through (the
+front ends reach it through `launch.py`; `ParallelRunStep` is parallel_run_step.py).
 
 A run goes: check everything that can be checked (checks.py; nothing is written on
 a user error) -> open its run directory (store/rundir.py) and wait for a run of the
@@ -17,32 +18,28 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
 
-from .azure.azureml_shim import count_metrics
 from .checks import check_step
 from .config import ParallelRunConfig
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
-from .environment import public_config
+from .environment import public_config, storage_settings
 from .errors import ConfigError, InputError, StepFailed
+from .inputs import storage_options
 from .inputs.minibatch import MiniBatch
-from .inputs.planner import Planner
 from .inputs.storage import upload
-from .plan import RunPlan
+from .masking import mask_urls
+from .plan import RunPlan, planner_for
 from .platform import require_linux
 from .pool.base import WorkerPool
 from .report import upload_report, write_run_report
 from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
 from .run_workers import RunWorkers
 from .store.logs import timestamp
-from .store.output import assemble
+from .store.output import assemble, spool_format
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
-from .summary import RunSummary, summarize
-
-if TYPE_CHECKING:
-    from .jobs import RunHandle
+from .summary import RunStatus, RunSummary, summarize
 
 
 def run_step(
@@ -57,8 +54,8 @@ def run_step(
 ) -> RunSummary:
     """Run one parallel step to its end, with the driver in this process, and return the run summary.
 
-    `submit_to` is for the callers that can send the driver elsewhere (`jobs.submit`,
-    `ParallelRunStep`, the CLI and the engines); here the driver always runs in this process.
+    `submit_to` is for the callers that can send the driver elsewhere (they launch through
+    `launch.Launcher`); here the driver always runs in this process.
 
     Args:
         config: the step's configuration.
@@ -69,77 +66,25 @@ def run_step(
         on_event: called with job events (started, mini-batch failed, worker replaced, ...).
         cancel: set it to stop the run; the summary then says `Canceled`. A `control.Cancel`
             set twice stops at once, without the grace for mini-batches in flight.
-        entry_callables: cloudpickled `{"init": f, "run": g, "shutdown": h}` used instead of `entry_script`.
+        entry_callables: cloudpickled `{"init": f, "run": g, "shutdown": h}` used instead of `entry_script`
+            (`shipping.ship_functions(run, init, shutdown)` makes them).
 
     Raises:
         ConfigError, InputError: before anything is written.
         StepFailed: the run ended Failed or Canceled; `.summary` is the run summary.
     """
     require_linux()
-    return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
+    with storage_options.using(storage_settings(config)):
+        return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
 
 
 def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -> str:
     """The step's reuse key (DESIGN.md section 6), computed without running: equal keys mean an
     earlier successful run's output is reused. Integrations use it as their cache key."""
-    code = step_code_key(config, check_step(config, entry_callables), entry_callables)
-    planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
-    return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
-
-
-class ParallelRunStep:
-    """A ParallelRunStep: a configuration plus the step's data, run with `.run()`.
-
-    Args:
-        name: the step name.
-        parallel_run_config: a `ParallelRunConfig` (or pass its fields as keywords).
-        inputs, output, side_inputs, arguments, allow_reuse: as in ParallelRunStep.
-
-    Example:
-        >>> step = ParallelRunStep(name="score-digits", entry_script="score.py",
-        ...                        inputs=["data/images"], output="out", mini_batch_size=10)
-        >>> summary = step.run()
-    """
-
-    def __init__(
-        self,
-        name: str | None = None,
-        parallel_run_config: ParallelRunConfig | None = None,
-        inputs: Any = None,
-        output: str | None = None,
-        side_inputs: Any = None,
-        arguments: list[Any] | None = None,
-        allow_reuse: bool | None = None,
-        **fields: Any,
-    ):
-        given = dict(
-            name=name,
-            inputs=inputs,
-            output=output,
-            side_inputs=side_inputs,
-            arguments=arguments,
-            allow_reuse=allow_reuse,
-            **fields,
-        )
-        base = parallel_run_config or ParallelRunConfig()
-        self.config = base.with_overrides(**{k: v for k, v in given.items() if v is not None})
-
-    def run(self, **overrides: Any) -> RunSummary:
-        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed.
-        With `submit_to: ray_job` the driver runs on the Ray cluster, and this waits for it."""
-        config = self.config.with_overrides(**overrides)
-        if config.submit_to == "ray_job":
-            summary = cast(RunSummary, self.submit(**overrides).wait())
-            if summary["status"] != "Succeeded":
-                raise StepFailed(summary)
-            return summary
-        return run_step(config)
-
-    def submit(self, **overrides: Any) -> RunHandle:
-        """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""
-        from .jobs import submit  # jobs imports nothing of this module; the import waits for its first use
-
-        return submit(self.config.with_overrides(**overrides))
+    with storage_options.using(storage_settings(config)):
+        code = step_code_key(config, check_step(config, entry_callables), entry_callables)
+        planner = planner_for(config.plan_settings())
+        return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
 
 
 # One run ---------------------------------------------------------------------------------------
@@ -183,7 +128,7 @@ class _StepRun:
             summary = self._execute(RunIndex(self.run_root))
         finally:
             self.run.release()
-        if summary["status"] != "Succeeded" and not summary["reused"]:
+        if summary.status != RunStatus.SUCCEEDED and not summary.reused:
             raise StepFailed(summary)
         return summary
 
@@ -191,7 +136,7 @@ class _StepRun:
         """Plan and run in the locked run directory; what is left of it afterwards."""
         self.run.drop_stale_cancel(self.started_at)
         self.workers = RunWorkers(self.config, self.checked, self.entry_callables, self.run)
-        self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
+        self.plan = RunPlan(self.config.plan_settings(), self.run.ledger, self.run.run_id, self.run.resumed)
         try:
             summary = self._plan_and_run(index)
         except (InputError, ConfigError):  # a user error, found before any mini-batch ran: leave no trace
@@ -200,7 +145,7 @@ class _StepRun:
             raise
         finally:
             index.close()
-        if summary["reused"]:
+        if summary.reused:
             self.run.keep_reused(summary) if self.run.chosen else self.run.discard()
         return summary
 
@@ -218,8 +163,9 @@ class _StepRun:
                 ):
                     return summary
                 return self._run(index, scope, self.run.ledger.pending(), None)
-            # Nothing to reuse: the workers start, and run the plan while it is being written.
-            return self._run(index, scope, self.plan.streamed(self._log_plan), scope.enter_context(self.workers.pool()))
+            # Nothing to reuse: the workers start at once; the driver has the plan written as it needs more (_write_plan).
+            self.plan.start_streaming()
+            return self._run(index, scope, iter(()), scope.enter_context(self.workers.pool()))
 
     def _sources(self, index: RunIndex) -> ReuseSources:
         run = self.run
@@ -230,7 +176,7 @@ class _StepRun:
         self, index: RunIndex, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
     ) -> RunSummary:
         run, logs = self.run, self.run.logs
-        index.register(run.run_id, self.config.name, run.path, "Running", self.code)
+        index.register(run.run_id, self.config.name, run.path, RunStatus.RUNNING, self.code)
         self.log = log = logs.master_logger(run.run_id)
         self.report = Reporter(logs, log, self.on_progress, self.on_event)
         log.info("run %s of step %s in %s", run.run_id, self.config.name, run.path)
@@ -239,12 +185,12 @@ class _StepRun:
             log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
         if not self.plan.counters.planning:
             self._log_plan()
-        running = self._summary("Running", "running")
+        running = self._summary(RunStatus.RUNNING, "running")
         write_summary(run.path, RunSummary(**running, pid=os.getpid(), host=os.uname().nodename))
         while True:
             try:
                 status, reason = self._drive(scope, pending, pool)
-                if status == "Succeeded":
+                if status == RunStatus.SUCCEEDED:
                     self._deliver_output()
                 break
             except (ConfigError, InputError):  # found when the workers start (e.g. a bad ray_address)
@@ -254,7 +200,7 @@ class _StepRun:
                 log.exception("system error")
                 scope.close()
                 if len(self.restarts) >= self.config.max_job_restarts:
-                    status, reason = "Failed", f"system error: {type(exc).__name__}: {exc}"
+                    status, reason = RunStatus.FAILED, f"system error: {type(exc).__name__}: {exc}"
                     break
                 pending, pool = self._restart(exc, index), None
         summary = self._summary(status, reason)
@@ -273,24 +219,28 @@ class _StepRun:
         self.run.logs.flush()
         self.run.ledger.rollback()
         self.run.resumed = True
-        self.plan = RunPlan(self.config, self.run.ledger, self.run.run_id, self.run.resumed)
+        self.plan = RunPlan(self.config.plan_settings(), self.run.ledger, self.run.run_id, self.run.resumed)
         self.plan.whole(self._sources(index))
         self._log_plan()
         return self.run.ledger.pending()
 
     def _drive(
         self, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
-    ) -> tuple[str, str]:
+    ) -> tuple[RunStatus, str]:
         counters = self.plan.counters
         if not counters.planning and counters.done == counters.mini_batches_total:
             self.log.info("every mini-batch was reused; no worker started")
-            breach = threshold_breach(self.config, counters)
-            return ("Failed", breach) if breach else ("Succeeded", "every mini-batch was reused from earlier runs")
+            breach = threshold_breach(self.config.thresholds(), counters)
+            if breach:
+                return RunStatus.FAILED, breach
+            return RunStatus.SUCCEEDED, "every mini-batch was reused from earlier runs"
         self.run.make_output_dir()
         pool = pool or scope.enter_context(self.workers.pool())
         with self.workers.monitor(pool):
+            write_plan = self._write_plan if counters.planning else None
+            policy = self.config.driver_policy()
             driver = Driver(
-                self.config, self.run.ledger, pool, pending, counters, self.report, self.cancel, self.run.path
+                policy, self.run.ledger, pool, pending, counters, self.report, self.cancel, self.run.path, write_plan
             )
             status, reason = driver.run()
         pool.close(self._shutdown_grace(status))  # workers stop (and run shutdown()) before the output
@@ -304,10 +254,10 @@ class _StepRun:
             self.report.emit("shutdown_cut_off", worker=worker)
         return status, reason
 
-    def _shutdown_grace(self, status: str) -> float:
+    def _shutdown_grace(self, status: RunStatus) -> float:
         """How long idle workers' shutdown() may take: the configured bound, shorter after a cancel,
         none after a second cancel."""
-        if status != "Canceled":
+        if status != RunStatus.CANCELED:
             return self.config.shutdown_seconds
         return 0.0 if getattr(self.cancel, "urgent", False) else min(self.config.shutdown_seconds, CANCEL_GRACE_S)
 
@@ -315,13 +265,20 @@ class _StepRun:
         run, config = self.run, self.config
         if config.output_action == "append_row":
             target = run.output_dir / config.append_row_file_name
-            assemble(run.ledger.parts(), target, config.output_format)
+            assemble(run.ledger.parts(), target, spool_format(config.output_format, config.append_row_dataframe_header))
             self.rows_written, self.output_bytes = run.ledger.rows_written(), target.stat().st_size
             self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
             self.log.info("output assembled: %s", target)
-        if run.output_url:
-            upload(run.output_dir, run.output_url)
-            self.log.info("output uploaded to %s", run.output_url)
+        if run.output_url:  # the output file last: once it is there, so is everything the script wrote
+            upload(run.output_dir, run.output_url, last=config.append_row_file_name)
+            self.log.info("output uploaded to %s", mask_urls(run.output_url))
+
+    def _write_plan(self) -> list[MiniBatch]:
+        """The plan's next chunk, written into the ledger, for the driver; the plan is logged once complete."""
+        chunk = self.plan.write_next_chunk()
+        if not chunk:
+            self._log_plan()
+        return chunk
 
     # Records ----------------------------------------------------------------------------------
 
@@ -336,7 +293,7 @@ class _StepRun:
         for note in self.plan.notes:
             self.log.warning("plan: %s", note)
 
-    def _summary(self, status: str, reason: str) -> RunSummary:
+    def _summary(self, status: RunStatus, reason: str) -> RunSummary:
         run = self.run
         return summarize(
             self.plan.counters,
@@ -347,13 +304,13 @@ class _StepRun:
                 run_id=run.run_id,
                 name=self.config.name,
                 run_dir=str(run.path),
-                output=run.output_url or str(run.output_dir),
-                output_file=self.output_file if status == "Succeeded" else None,
+                output=mask_urls(run.output_url or str(run.output_dir)),
+                output_file=mask_urls(self.output_file) if status == RunStatus.SUCCEEDED and self.output_file else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
-                rows_written=self.rows_written if status == "Succeeded" else 0,
-                output_bytes=self.output_bytes if status == "Succeeded" else None,
+                rows_written=self.rows_written if status == RunStatus.SUCCEEDED else 0,
+                output_bytes=self.output_bytes if status == RunStatus.SUCCEEDED else None,
                 report_url=None,
-                metrics_logged=count_metrics(run.logs.root),
+                metrics_logged=run.logs.count_metrics(),
                 shutdown_cut_off=self.shutdown_cut_off,
                 restarts=self.restarts,
                 job_result=str(run.logs.job_result),
@@ -364,13 +321,13 @@ class _StepRun:
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:
         run, logs = self.run, self.run.logs
         fingerprints = run.ledger.fingerprints()
-        if summary["status"] == "Succeeded" and all(fingerprints):  # whole-step reuse finds it by this key
+        if summary.status == RunStatus.SUCCEEDED and all(fingerprints):  # whole-step reuse finds it by this key
             index.update(run.run_id, step_key=step_key(self.code, fingerprints))
-        run.ledger.set(status=summary["status"])
+        run.ledger.set(status=summary.status.value)
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
         summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
-        if summary["status"] == "Succeeded" and run.output_url and self.config.upload_report:
+        if summary.status == RunStatus.SUCCEEDED and run.output_url and self.config.upload_report:
             summary["report_url"] = upload_report(
                 summary["report"], run.output_url, self.config.append_row_file_name, self.log
             )
@@ -378,6 +335,6 @@ class _StepRun:
         logs.write_result(summary)
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
-        self.log.info("%s: %s", summary["status"], summary["status_reason"])
+        self.log.info("%s: %s", summary.status, summary.status_reason)
         logs.close(self.log)
-        index.update(run.run_id, status=summary["status"], ended_at=time.time(), summary=summary)
+        index.update(run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)

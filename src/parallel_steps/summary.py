@@ -1,21 +1,36 @@
 """The run summary: one shape for `run.json`, the value `run_step` returns, progress snapshots,
 `--json`, `status`, Airflow's XCom and Prefect's task result.
 
-A summary is a plain JSON-able dict (engines store it as is); `RunSummary` names its
-keys for readers and type checkers. `Counters` are what the step and the driver count
-while a run goes; `summarize` and `snapshot` turn them into summaries.
+A summary is a plain JSON-able dict (engines store it as is, users read `summary["status"]`);
+`RunSummary` is that dict with a typed attribute per key (`summary.status` is a `RunStatus`).
+`Counters` are what the step and the driver count while a run goes; `summarize` and `snapshot`
+turn them into summaries.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from enum import StrEnum
+from typing import Any, Generic, TypeVar, overload
 
 from .store.logs import timestamp
 
-TERMINAL = ("Succeeded", "Failed", "Canceled")
+T = TypeVar("T")
+
+
+class RunStatus(StrEnum):
+    """Where a run is. A `str`: it compares equal to its text and is written as it ("Succeeded")."""
+
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+
+TERMINAL = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELED)
 #: Counts of work done that a run keeps in its ledger, so a restart or a resume goes on counting.
 RESUMED_COUNTS = (
     "workers_started",
@@ -27,55 +42,82 @@ RESUMED_COUNTS = (
 )
 
 
-class RunSummary(TypedDict, total=False):
-    """What a run reports about itself (DESIGN.md section 4). Progress snapshots carry the counts
-    and the `mini_batches_done` ... `workers_idle` keys; final summaries the rest."""
+class _Key(Generic[T]):
+    """One key of a summary, read as a typed attribute (`summary.items_failed` is `summary["items_failed"]`)."""
 
-    run_id: str
-    name: str
-    status: str  # Queued | Running | Succeeded | Failed | Canceled
-    status_reason: str
-    reused: bool  # the whole step was restored from an earlier run; no worker started
-    run_dir: str
-    output: str | None
-    output_file: str | None
-    items_total: int
-    items_succeeded: int
-    items_failed: int
-    mini_batches_total: int
-    mini_batches_succeeded: int
-    mini_batches_failed: int
-    mini_batches_reused: int  # results taken from earlier runs
-    mini_batches_run: int  # mini-batches this run ran to an outcome
-    mini_batches_pending: int
-    mini_batches_new: int  # mini-batches the earlier plan did not have (all of them in a first run)
-    inputs_new: int  # input files the earlier plan did not have
-    inputs_changed: int  # files whose size, time or content changed since the earlier plan
-    inputs_deleted: int  # files of the earlier plan that are gone (their rows are not in the output)
-    attempts_retried: int
-    workers_started: int
-    shutdown_cut_off: list[str]  # workers whose shutdown() was killed after the bound
-    append_row_format: str | None  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
-    rows_written: int  # rows (elements run() returned) in the output file; 0 before it is assembled
-    output_bytes: int | None  # size of the output file; None when there is none
-    metrics_logged: int  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
-    report: str | None  # logs/report.html, the run's page (None with report: false)
-    report_url: str | None  # the page uploaded beside an output URL (upload_report); None otherwise
-    started_at: str
-    ended_at: str | None
-    elapsed_s: float
-    restarts: list[dict[str, str]]
-    job_result: str
-    config: dict[str, Any]  # the effective configuration, secrets masked
-    pid: int
-    host: str
-    ray_job: str  # the Ray job that runs the driver (`submit_to: ray_job`; added by `jobs.run_status`)
+    def __init__(self, convert: Callable[[Any], T] | None = None) -> None:
+        self.convert = convert
+        self.key = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name
+
+    @overload
+    def __get__(self, summary: None, owner: type) -> _Key[T]: ...
+    @overload
+    def __get__(self, summary: RunSummary, owner: type) -> T: ...
+    def __get__(self, summary: RunSummary | None, owner: type) -> _Key[T] | T:
+        if summary is None:
+            return self
+        try:
+            value = summary[self.key]
+        except KeyError:
+            raise AttributeError(f"this summary has no {self.key!r}") from None
+        return self.convert(value) if self.convert else value
+
+
+class RunSummary(dict[str, Any]):
+    """What a run reports about itself (DESIGN.md section 4): a dict, so engines and JSON take it as is,
+    with typed attributes for readers. Progress snapshots carry the counts and the `mini_batches_done`
+    ... `workers_idle` keys; final summaries the rest. A key a summary lacks is an AttributeError."""
+
+    __slots__ = ()  # no attributes beside the keys
+
+    run_id = _Key[str]()
+    name = _Key[str]()
+    status = _Key(RunStatus)
+    status_reason = _Key[str]()
+    reused = _Key[bool]()  # the whole step was restored from an earlier run; no worker started
+    run_dir = _Key[str]()
+    output = _Key[str | None]()
+    output_file = _Key[str | None]()
+    items_total = _Key[int]()
+    items_succeeded = _Key[int]()
+    items_failed = _Key[int]()
+    mini_batches_total = _Key[int]()
+    mini_batches_succeeded = _Key[int]()
+    mini_batches_failed = _Key[int]()
+    mini_batches_reused = _Key[int]()  # results taken from earlier runs
+    mini_batches_run = _Key[int]()  # mini-batches this run ran to an outcome
+    mini_batches_pending = _Key[int]()
+    mini_batches_new = _Key[int]()  # mini-batches the earlier plan did not have (all of them in a first run)
+    inputs_new = _Key[int]()  # input files the earlier plan did not have
+    inputs_changed = _Key[int]()  # files whose size, time or content changed since the earlier plan
+    inputs_deleted = _Key[int]()  # files of the earlier plan that are gone (their rows are not in the output)
+    attempts_retried = _Key[int]()
+    workers_started = _Key[int]()
+    shutdown_cut_off = _Key[list[str]]()  # workers whose shutdown() was killed after the bound
+    append_row_format = _Key[str | None]()  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
+    rows_written = _Key[int]()  # rows (elements run() returned) in the output file; 0 before it is assembled
+    output_bytes = _Key[int | None]()  # size of the output file; None when there is none
+    metrics_logged = _Key[int]()  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
+    report = _Key[str | None]()  # logs/report.html, the run's page (None with report: false)
+    report_url = _Key[str | None]()  # the page uploaded beside an output URL (upload_report); None otherwise
+    started_at = _Key[str]()
+    ended_at = _Key[str | None]()
+    elapsed_s = _Key[float]()
+    restarts = _Key[list[dict[str, str]]]()
+    job_result = _Key[str]()
+    config = _Key[dict[str, Any]]()  # the effective configuration, secrets masked
+    pid = _Key[int]()
+    host = _Key[str]()
+    ray_job = _Key[str]()  # the Ray job that runs the driver (`submit_to: ray_job`; added by `jobs.run_status`)
     # progress snapshots
-    mini_batches_done: int
-    rate_per_s: float
-    eta_s: float | None
-    workers_busy: int
-    workers_idle: int
+    mini_batches_done = _Key[int]()
+    rate_per_s = _Key[float]()
+    eta_s = _Key[float | None]()
+    workers_busy = _Key[int]()
+    workers_idle = _Key[int]()
 
 
 @dataclass
@@ -152,32 +194,31 @@ def snapshot(counters: Counters, elapsed: float, busy: int, idle: int) -> RunSum
     """A progress snapshot: the counts, the rate of this run and the time left."""
     remaining = counters.mini_batches_total - counters.done
     rate = counters.run / elapsed if elapsed > 0 else 0.0
-    summary = RunSummary(status="Running")
+    summary = RunSummary(status=RunStatus.RUNNING.value)
     summary.update(counters.counts())
     summary.update(
-        RunSummary(
-            mini_batches_done=counters.done,
-            elapsed_s=round(elapsed, 3),
-            rate_per_s=round(rate, 3),
-            eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
-            workers_busy=busy,
-            workers_idle=idle,
-        )
+        mini_batches_done=counters.done,
+        elapsed_s=round(elapsed, 3),
+        rate_per_s=round(rate, 3),
+        eta_s=round(remaining / rate, 1) if rate > 0 and not counters.planning else None,
+        workers_busy=busy,
+        workers_idle=idle,
     )
     return summary
 
 
-def summarize(counters: Counters, status: str, reason: str, started_at: float, fields: RunSummary) -> RunSummary:
-    """A run's summary from its counts; `fields` are the rest (run_id, run_dir, output, config, ...)."""
+def summarize(
+    counters: Counters, status: RunStatus, reason: str, started_at: float, fields: Mapping[str, Any]
+) -> RunSummary:
+    """A run's summary from its counts; `fields` are the rest (run_id, run_dir, output, config, ...). The
+    status is written as its text, so the summary holds JSON's types only."""
     ended = time.time()
-    summary = RunSummary(status=status, status_reason=reason, reused=False)
+    summary = RunSummary(status=RunStatus(status).value, status_reason=reason, reused=False)
     summary.update(counters.counts())
     summary.update(
-        RunSummary(
-            started_at=timestamp(started_at),
-            ended_at=timestamp(ended) if status in TERMINAL else None,
-            elapsed_s=round(ended - started_at, 3),
-        )
+        started_at=timestamp(started_at),
+        ended_at=timestamp(ended) if status in TERMINAL else None,
+        elapsed_s=round(ended - started_at, 3),
     )
     summary.update(fields)
     return summary

@@ -253,3 +253,14 @@ class TestOutput:
         write_script("def run(mini_batch):\n    return [(p[-5], {'n': 1}) for p in mini_batch]\n")
         run_step(step())
         assert output() == ["('0', {'n': 1})", "('1', {'n': 1})"]
+
+    def test_append_row_dataframe_header_writes_one_header_line_on_top(self, tmp_path, write_script):
+        pd.DataFrame({"sepal length": [5.1, 4.9, 4.7, 4.6], "variety": ["a", "b", "c", "d"]}).to_csv(
+            tmp_path / "t.csv", index=False
+        )
+        write_script("def run(df):\n    return df\n")
+        arguments = ["--append_row_dataframe_header", True]  # as a v1 ParallelRunStep passes it
+        summary = run_step(step(inputs=[TabularDataset("t.csv")], mini_batch_size=20, arguments=arguments))
+        assert summary["mini_batches_total"] > 1  # several slices, one header
+        assert output() == ['"sepal length" variety', "5.1 a", "4.9 b", "4.7 c", "4.6 d"]
+        assert pd.read_csv(summary["output_file"], delimiter=" ")["sepal length"].tolist() == [5.1, 4.9, 4.7, 4.6]

@@ -3,7 +3,7 @@ policy, lost workers, cancels, progress and events, the no-progress timeout.
 
 A real `Driver` with a real ledger, run logs, `Reporter` and `Counters`; only the pool is fake.
 `FakePool` keeps the worker pool contract (pool/base.py; the same contract the pool contract
-suite, tests/ray/test_pool_contract.py, checks on the real pools) and plays a table of what each
+suite, tests/contract/test_pool_contract.py, checks on the real pools) and plays a table of what each
 attempt of each mini-batch does. Time is a fake clock the pool moves forward while it "waits",
 so the time-based policies are exact and nothing sleeps.
 """
@@ -256,18 +256,22 @@ def whole_plan(ledger: Ledger, counters: Counters, plan: list[MiniBatch]) -> Ite
     return iter(plan)
 
 
-def streamed_plan(ledger: Ledger, counters: Counters, plan: list[MiniBatch]) -> Iterator[MiniBatch]:
-    """The plan written while the driver takes it, as plan.RunPlan.streamed: `planning` until the end."""
+def streamed_plan(ledger: Ledger, counters: Counters, plan: list[MiniBatch]) -> Callable[[], list[MiniBatch]]:
+    """The plan written while the driver runs, one mini-batch per call of the driver's `write_plan`, as
+    plan.RunPlan.write_next_chunk writes a chunk: `planning` until the end."""
     counters.planning = True
+    rest = iter(plan)
 
-    def stream() -> Iterator[MiniBatch]:
-        for mb in plan:
-            ledger.add([(mb, None, None)], descriptors=False)
-            counters.mini_batches_total += 1
-            yield mb
-        counters.planning = False
+    def write_next() -> list[MiniBatch]:
+        mb = next(rest, None)
+        if mb is None:
+            counters.planning = False
+            return []
+        ledger.add([(mb, None, None)], descriptors=False)
+        counters.mini_batches_total += 1
+        return [mb]
 
-    return stream()
+    return write_next
 
 
 @pytest.fixture
@@ -297,9 +301,15 @@ def drive(tmp_path, clock):
         events, snapshots = [], []
         reporter = Reporter(logs, log, on_progress=snapshots.append, on_event=events.append)
         pool = FakePool(clock, attempts or {}, nodes, per_node, init_error, on_submit)
-        pending = (streamed_plan if streamed else whole_plan)(ledger, counters, plan)
+        pending, write_plan = (
+            (iter(()), streamed_plan(ledger, counters, plan))
+            if streamed
+            else (whole_plan(ledger, counters, plan), None)
+        )
         with pool:
-            driver = Driver(config, ledger, pool, pending, counters, reporter, cancel, run_dir)
+            driver = Driver(
+                config.driver_policy(), ledger, pool, pending, counters, reporter, cancel, run_dir, write_plan
+            )
             status, reason = driver.run()
         ledger.commit()
         logs.close(log)

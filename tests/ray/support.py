@@ -10,10 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-#: Every simulated node: 1 CPU, 2 logical GPUs, a small object store (all nodes share this machine).
-NODE_ARGS = dict(num_cpus=1, num_gpus=2, object_store_memory=100 * 2**20)
-#: Actor class names of parallel-steps (none may be alive after a run).
-OUR_ACTORS = ("ParallelStepsWorker", "Mailbox")
+from ray_session import NODE_ARGS  # noqa: F401  (the simulated nodes, for tests that add one)
+
 #: The console script of this environment.
 CLI = str(Path(sys.executable).parent / "parallel-steps")
 

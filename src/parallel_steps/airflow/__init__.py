@@ -1,5 +1,5 @@
-"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run`, the `ray_cluster` connection
-(`RayClusterHook`), the "Run report" link and its plugin, and the provider registration.
+"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run`, `dag_from_azure_pipeline`, the
+`ray_cluster` connection (`RayClusterHook`), the "Run report" link and its plugin, and the provider registration.
 
 `get_provider_info()` is loaded by Airflow's providers manager while Airflow itself is
 starting, so this module imports nothing from Airflow; the operator and the decorator load
@@ -17,11 +17,13 @@ _EXPORTS = {
     "ParallelRunOperator": "parallel_steps.airflow.operators",
     "RayClusterHook": "parallel_steps.airflow.hooks",
     "parallel_run_task": "parallel_steps.airflow.decorators",
+    "dag_from_azure_pipeline": "parallel_steps.airflow.azure_pipeline",
 }
 
-__all__ = ["ParallelRunOperator", "RayClusterHook", "get_provider_info", "parallel_run_task"]
+__all__ = ["ParallelRunOperator", "RayClusterHook", "dag_from_azure_pipeline", "get_provider_info", "parallel_run_task"]
 
 if TYPE_CHECKING:
+    from .azure_pipeline import dag_from_azure_pipeline
     from .decorators import parallel_run_task
     from .hooks import RayClusterHook
     from .operators import ParallelRunOperator
@@ -36,7 +38,12 @@ def get_provider_info() -> dict[str, Any]:
         "on mini-batches of files or tables on supervised worker processes or a Ray cluster.",
         "versions": [__version__],
         "integrations": [{"integration-name": "parallel-steps", "tags": ["software"]}],
-        "operators": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.operators"]}],
+        "operators": [
+            {
+                "integration-name": "parallel-steps",
+                "python-modules": ["parallel_steps.airflow.operators", "parallel_steps.airflow.azure_pipeline"],
+            }
+        ],
         "triggers": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.triggers"]}],
         "task-decorators": [
             {"name": "parallel_run", "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}

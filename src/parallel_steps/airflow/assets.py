@@ -76,5 +76,5 @@ class StepLineage:
     def _lineage_config(self) -> ParallelRunConfig:
         """The task's fields (rendered by the time the listener asks) on its base config."""
         operator: Any = self
-        config: ParallelRunConfig = operator._base_config().with_overrides(**operator.field_values())
+        config: ParallelRunConfig = operator.rendered_config()
         return config

@@ -18,8 +18,8 @@ from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query, status
 from fastapi.responses import FileResponse
 
+from ..config_types import default_run_root
 from ..report import served_report
-from ..store.runs import default_run_root
 
 #: The XComs holding a run's summary: a succeeded task's result, a failed one's `parallel_run_summary`.
 SUMMARY_KEYS = ("return_value", "parallel_run_summary")

@@ -5,9 +5,10 @@
   `log_image` and `tag` calls are written to the run's logs
   (`logs/user/metrics/<node>/processNNN.jsonl`) and counted in the summary (`metrics_logged`).
 
-Installed like the `azureml_user` alias (worker/entry_script.py): only inside workers, and
-only when `azureml.core` itself cannot be imported, so the real SDK always wins. Any other
-`azureml` module or name fails with one line saying it is not provided.
+Installed by the Azure ML worker hook (`worker_hook.py`), only inside workers, and only
+when `azureml.core` itself cannot be imported, so the real SDK always wins (its offline run's
+log calls then go to the same file, through `record`). Any other `azureml` module or name
+fails with one line saying it is not provided.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class _Worker:
 
     models: dict[str, str] = field(default_factory=dict)
     metrics_log: str | None = None
+    file: TextIO | None = None  # the metrics file, opened at the first log call
 
 
 _worker = _Worker()
@@ -75,7 +77,6 @@ class Run:
 
     def __init__(self, run_id: str):
         self.id = run_id
-        self._file: TextIO | None = None
 
     @classmethod
     def get_context(cls, allow_offline: bool = True, **_: Any) -> Run:
@@ -111,15 +112,15 @@ class Run:
         raise AttributeError(_not_provided(f"azureml.core.Run.{name}"))
 
     def _write(self, kind: str, name: str, value: Any, description: str) -> None:
-        if self._file is None:
+        if _worker.file is None:
             path = _worker.metrics_log
             if path is None:
                 raise RuntimeError("Run.get_context() logs only inside a parallel-steps worker")
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8")
+            _worker.file = open(path, "a", encoding="utf-8")
         record = dict(time=time.time(), run=self.id, kind=kind, name=name, value=value, description=description)
-        self._file.write(json.dumps(record, default=str) + "\n")
-        self._file.flush()  # metrics are rare; a crash must not lose them
+        _worker.file.write(json.dumps(record, default=str) + "\n")
+        _worker.file.flush()  # metrics are rare; a crash must not lose them
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -152,29 +153,30 @@ def _module_getattr(module: str) -> Callable[[str], Any]:
 
 def install(models: dict[str, str], metrics_log: str | None) -> None:
     """Give this worker's entry script `azureml.core` (unless the real one is installed)."""
+    close()
     _worker.models, _worker.metrics_log = dict(models), metrics_log
     Run._context = None
-    if any(isinstance(finder, _Finder) for finder in sys.meta_path) or _real_sdk():
+    if any(isinstance(finder, _Finder) for finder in sys.meta_path) or real_sdk():
         return
     sys.meta_path.append(_Finder())  # last: only what no other finder provides
 
 
-def _real_sdk() -> bool:
+def record(run_id: str, method: str, *args: Any, **kwargs: Any) -> None:
+    """Write one `Run` log call (`method`: log, log_row, tag, ...) of the run `run_id` to the metrics file."""
+    getattr(Run(run_id), method)(*args, **kwargs)
+
+
+def close() -> None:
+    """Close the metrics file (the worker is done)."""
+    if _worker.file is not None:
+        _worker.file.close()
+        _worker.file = None
+
+
+def real_sdk() -> bool:
+    """Whether Azure ML's own `azureml.core` is installed (found on sys.path, not by the shim)."""
     try:
-        return importlib.util.find_spec("azureml.core") is not None
+        spec = importlib.util.find_spec("azureml.core")
     except ImportError:  # no `azureml` at all
         return False
-
-
-def metrics_path(logs_root: Path, node_id: str, process_name: str) -> Path:
-    """Where one worker's `Run` log calls go."""
-    return logs_root / "user" / "metrics" / node_id / f"{process_name}.jsonl"
-
-
-def count_metrics(logs_root: Path) -> int:
-    """The log calls of every worker of a run (the summary's `metrics_logged`)."""
-    total = 0
-    for path in (logs_root / "user" / "metrics").glob("*/*.jsonl"):
-        with open(path, "rb") as file:
-            total += sum(1 for _ in file)
-    return total
+    return spec is not None and not isinstance(spec.loader, _Finder)

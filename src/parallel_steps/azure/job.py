@@ -17,10 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config import NAME_PATTERN, ParallelRunConfig
+from ..config_types import NAME_PATTERN
 from ..errors import ConfigError
 from ..inputs.storage import is_url
-from ..stepfile import read_yaml
 from .mltable import mltable_input
 
 log = logging.getLogger("parallel_steps.azure")
@@ -59,23 +58,10 @@ _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*
 _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
 
 
-def load_job(path: str | os.PathLike[str], **overrides: Any) -> ParallelRunConfig:
-    """The configuration of an Azure ML v2 `type: parallel` job file, run with `run_step` or
-    `ParallelRunStep(parallel_run_config=...)`; `overrides` replace fields as in `with_overrides`.
-
-    Example:
-        >>> config = load_job("jobs/iris.yml", process_count_per_node=2)
-    """
-    data = read_yaml(path, "job file")
-    if "type" not in data:
-        raise ConfigError(
-            "type", "is missing: this is not an Azure ML job file", "a step file: ParallelRunConfig.from_yaml"
-        )
-    return ParallelRunConfig.from_dict({**job_fields(data, Path(path)), **overrides})
-
-
 def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
     """The configuration fields of a `type: parallel` job; relative paths are relative to `file`'s folder."""
+    if job.get("type") == "pipeline":
+        raise ConfigError("type", "'pipeline' is a pipeline of jobs", "run it with: parallel-steps run PIPELINE.yml")
     if job.get("type") != "parallel":
         raise ConfigError("type", f"{job.get('type')!r} is not a parallel job", "parallel-steps runs type: parallel")
     _known(job, "", _JOB_KEYS)
@@ -115,11 +101,12 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _name(job: dict[str, Any]) -> dict[str, Any]:
-    """Azure job names may hold '_' and capitals; step names are lowercase with '-'."""
+    """Azure job names may hold '_' and capitals and run longer; step names are lowercase with '-', 32 at most
+    (a longer name is cut there)."""
     if "name" not in job:
         return {}
-    name = str(job["name"]).lower().replace("_", "-")
-    if not 3 <= len(name) <= 32 or not re.match(NAME_PATTERN, name):
+    name = str(job["name"]).lower().replace("_", "-")[:32].rstrip("-")
+    if len(name) < 3 or not re.match(NAME_PATTERN, name):
         raise ConfigError("name", f"{job['name']!r} cannot be a step name", "3-32 letters, digits, '-' or '_'")
     return {"name": name}
 

@@ -1,8 +1,10 @@
 """Azure ML `MLTable` files: the folder an `mltable` input names holds one, saying which files to read and how.
 
 Read here: `paths` (`file`, `folder`, `pattern`) and the transformations `read_delimited`,
-`read_parquet`, `read_json_lines` and `extract_columns_from_partition_format`. Without a
-read transformation the table is a list of files. Anything else is refused with one line
+`read_parquet`, `read_json_lines` and `extract_columns_from_partition_format`, and `drop_columns`
+of the columns the paths give (the partition format's keys, and `Path` of `include_path_column`,
+which only a table that drops it again may ask for: what Azure's partitioning samples write).
+Without a read transformation the table is a list of files. Anything else is refused with one line
 naming it (a transformation that changed the rows could not be dropped silently).
 """
 
@@ -32,18 +34,47 @@ def mltable_input(folder: str, where: str) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{where} MLTable {unknown[0]}", "is not supported here", "use paths and transformations")
     dataset: dict[str, Any] = {"type": "files", "path": _paths(spec.get("paths"), root.absolute(), where)}
-    for step in spec.get("transformations") or []:
-        name, options = _step(step, where)
+    steps = [_step(step, where) for step in spec.get("transformations") or []]
+    dropped = [str(c) for name, columns in steps if name == "drop_columns" for c in _column_list(columns)]
+    for name, options in steps:
         if name == "extract_columns_from_partition_format":
             dataset["partition_format"] = options.get("partition_format") if isinstance(options, dict) else options
         elif name in _READERS:
-            dataset.update(type="tabular", format=_READERS[name], **_read_options(name, options or {}, where))
-        else:
+            options = dict(options or {})
+            if options.pop("include_path_column", False) and "Path" not in dropped:
+                raise ConfigError(f"{where} MLTable {name}.include_path_column", "a path column is not supported here")
+            dataset.update(type="tabular", format=_READERS[name], **_read_options(name, options, where))
+        elif name != "drop_columns":
             raise ConfigError(
                 f"{where} MLTable transformation {name}",
                 "is not supported here",
-                f"supported: {', '.join([*_READERS, 'extract_columns_from_partition_format'])}",
+                f"supported: {', '.join([*_READERS, 'extract_columns_from_partition_format', 'drop_columns'])}",
             )
+    return _drop(dataset, dropped, where)
+
+
+def _column_list(columns: Any) -> list[Any]:
+    if isinstance(columns, dict):  # {columns: [...]}
+        columns = columns.get("columns")
+    return list(columns) if isinstance(columns, (list, tuple)) else [columns]
+
+
+def _drop(dataset: dict[str, Any], dropped: list[str], where: str) -> dict[str, Any]:
+    """Drop columns the paths give: a dropped key of the partition format matches without becoming a column."""
+    text = dataset.get("partition_format")
+    for column in dropped:
+        if column == "Path":
+            continue
+        if not text or f"{{{column}}}" not in text:
+            raise ConfigError(
+                f"{where} MLTable drop_columns", f"{column!r}: only columns the paths give can be dropped here"
+            )
+        text = text.replace(f"{{{column}}}", "*")
+    if text is not None:
+        if "{" in text:
+            dataset["partition_format"] = text
+        else:
+            dataset.pop("partition_format")
     return dataset
 
 

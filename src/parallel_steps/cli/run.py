@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from ..environment import storage_settings
 from ..errors import ConfigError, StepFailed
+from ..inputs import storage_options
 from ..inputs.planner import Planner
 from .common import Progress, add_step_options, cancel_on_signals, config_from_args, print_summary
+from .pipeline import add_pipeline_options, plan_pipeline_command, run_pipeline_command, wants_pipeline
 
 if TYPE_CHECKING:
     from ..config import ParallelRunConfig
-    from ..jobs import RunHandle
-    from ..summary import RunSummary
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +28,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument("--run-dir", help="run directory (a rerun in the same directory resumes it)")
     run.add_argument("--detach", action="store_true", help="run in the background; print the run id and directory")
     run.add_argument("--json", action="store_true", help="print the run summary as one JSON object on stdout")
+    add_pipeline_options(run)
     run.set_defaults(command=_run)
 
     plan = commands.add_parser("plan", help="show how the inputs split into mini-batches")
@@ -40,26 +41,27 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "and why (new, changed or deleted files)",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    add_pipeline_options(plan)
     plan.set_defaults(command=_plan)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..step import run_step
+    from ..launch import Launcher
+    from ..run_state import run_status
 
+    if wants_pipeline(args):  # an Azure ML pipeline file: its jobs in order (cli/pipeline.py)
+        return run_pipeline_command(args)
     config = config_from_args(args, args.script_args)
-    if args.detach or config.submit_to == "ray_job":
-        from ..jobs import submit
-
-        handle = submit(config, run_dir=args.run_dir)
-        if not args.detach:  # the driver runs in a Ray job: follow it here
-            return _follow(handle, args.json)
-        status = handle.summary()
-        print(json.dumps(status) if args.json else f"{status['run_id']} {handle.run_dir}")
+    launcher = Launcher(config, run_dir=args.run_dir)
+    if args.detach:
+        run_dir = launcher.start()
+        status = run_status(str(run_dir))
+        print(json.dumps(status) if args.json else f"{status['run_id']} {run_dir}")
         return 0
-    cancel = cancel_on_signals()
+    cancel = cancel_on_signals()  # Ctrl-C or SIGTERM cancels the run, wherever its driver runs
     progress = Progress()
     try:
-        summary = run_step(config, run_dir=args.run_dir, on_progress=progress.update, cancel=cancel)
+        summary = launcher.run(progress, cancel)
         code = 0
     except StepFailed as failed:
         summary, code = failed.summary, 1
@@ -69,26 +71,9 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _follow(handle: RunHandle, as_json: bool) -> int:
-    """Show a submitted run's progress until it ends; Ctrl-C (or SIGTERM) cancels it."""
-    from ..summary import Counters
-
-    cancel = cancel_on_signals()
-    progress = Progress()
-    try:
-        status = handle.wait(
-            on_progress=lambda snapshot: progress.update(cast("RunSummary", snapshot)),
-            stop=cancel,
-            on_error=lambda exc: print(f"parallel-steps: {exc}; trying again", file=sys.stderr),
-        )
-    finally:
-        progress.close()
-    summary = cast("RunSummary", {**Counters().counts(), **status})  # counts a driver lost early never wrote are 0
-    print_summary(summary, as_json)
-    return 0 if summary["status"] == "Succeeded" else 1
-
-
 def _plan(args: argparse.Namespace) -> int:
+    if wants_pipeline(args):
+        return plan_pipeline_command(args)
     config = config_from_args(args, None)
     if args.diff:
         return _diff(config, args.json)
@@ -98,13 +83,13 @@ def _plan(args: argparse.Namespace) -> int:
     items: list[int | None] = []
     sizes: list[int] = []
     first: list[dict[str, Any]] = []
-    for mini_batch in planner.mini_batches():
-        items.append(mini_batch.items)
-        sizes.append(mini_batch.nbytes)
-        if len(first) < args.show:
-            first.append(
-                dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=mini_batch.describe())
-            )
+    with storage_options.using(storage_settings(config)):  # URLs listed with the step's storage_options
+        for mini_batch in planner.mini_batches():
+            items.append(mini_batch.items)
+            sizes.append(mini_batch.nbytes)
+            if len(first) < args.show:
+                source = mini_batch.describe()
+                first.append(dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=source))
     known = [n for n in items if n is not None]
     counted = len(known) == len(items)
     unit = "rows" if config.is_tabular else "files"

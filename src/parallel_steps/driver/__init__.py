@@ -10,7 +10,6 @@ progress.py  progress snapshots and job events to files and callbacks
 
 from .cancel import CANCEL_GRACE_S
 from .dispatch import Driver
-from .faults import error_line
 from .health import threshold_breach
 from .progress import EventCallback, ProgressCallback, Reporter
 
@@ -20,6 +19,5 @@ __all__ = [
     "EventCallback",
     "ProgressCallback",
     "Reporter",
-    "error_line",
     "threshold_breach",
 ]

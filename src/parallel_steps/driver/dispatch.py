@@ -1,7 +1,8 @@
 """The driver (the main role): hands out mini-batches, turns pool events into outcomes, commits results.
 
-It takes pending mini-batches in plan order (as the plan streams in, or from the
-ledger on a resume) and keeps each ready worker's short queue filled. What it
+It takes pending mini-batches in plan order (those already in the ledger, then, for a
+fresh run whose plan is written while it runs, each next chunk it asks the plan to write)
+and keeps each ready worker's short queue filled. What it
 decides is delegated: recording outcomes (the ledger, the attempt log, the
 counters) to `outcomes`, retries and error groups to `faults`, when the job must
 stop to `health` (after a cancel, to `cancel`), progress and events to `progress`.
@@ -15,11 +16,12 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..config import ParallelRunConfig
+from ..config_sections import DriverPolicy
 from ..control import JobStopped
+from ..error_text import error_line
 from ..inputs.minibatch import MiniBatch
 from ..pool.base import WorkerPool
 from ..protocol import (
@@ -33,9 +35,9 @@ from ..protocol import (
     WorkerInfo,
 )
 from ..store.ledger import Ledger
-from ..summary import Counters, RunSummary, snapshot
+from ..summary import Counters, RunStatus, RunSummary, snapshot
 from .cancel import CancelWatch
-from .faults import ErrorGroups, RetryPolicy, error_line
+from .faults import ErrorGroups, RetryPolicy
 from .health import JobHealth
 from .outcomes import Attempt, Outcomes
 from .progress import Reporter
@@ -45,11 +47,18 @@ _COMMIT_WAIT_S = 0.1  # the longest the loop waits holding uncommitted results
 
 
 class Driver:
-    """Runs the pending mini-batches of one run to an outcome."""
+    """Runs the pending mini-batches of one run to an outcome.
+
+    Args:
+        policy: retries, thresholds and timeouts (`ParallelRunConfig.driver_policy()`).
+        pending: mini-batches already in the ledger, in plan order.
+        write_plan: for a plan written while the run goes: writes the plan's next chunk into the ledger
+            and returns it, `[]` once the plan is complete; called when `pending` runs out.
+    """
 
     def __init__(
         self,
-        config: ParallelRunConfig,
+        policy: DriverPolicy,
         ledger: Ledger,
         pool: WorkerPool,
         pending: Iterator[MiniBatch],
@@ -57,18 +66,24 @@ class Driver:
         report: Reporter,
         cancel: threading.Event | None = None,
         run_dir: Path | None = None,
+        write_plan: Callable[[], list[MiniBatch]] | None = None,
     ):
-        self.config, self.ledger, self.pool, self.counters, self.report = config, ledger, pool, counters, report
+        self.ledger, self.pool, self.counters, self.report = ledger, pool, counters, report
+        self.run_invocation_timeout = policy.run_invocation_timeout
         self.logs, self.log = report.logs, report.log
         self.canceled = CancelWatch(cancel or threading.Event(), run_dir, report.log)
-        self.policy = RetryPolicy(
-            config.fault_tolerant_policy, config.run_max_try, config.retryable_errors, config.retryable_exit_codes
+        self.retries = RetryPolicy(
+            policy.fault_tolerant_policy, policy.run_max_try, policy.retryable_errors, policy.retryable_exit_codes
         )
-        self.errors = ErrorGroups(config.max_same_error, report.logs)
+        self.errors = ErrorGroups(policy.thresholds.max_same_error, report.logs)
         settings = pool.settings
-        self.health = JobHealth(config, counters, self.errors, settings.node_count, settings.process_count_per_node)
-        self.outcomes = Outcomes(ledger, counters, self.policy, self.errors, self.health, report)
-        self._pending = pending  # in plan order, each already in the ledger
+        self.health = JobHealth(policy, counters, self.errors, settings.node_count, settings.process_count_per_node)
+        self.outcomes = Outcomes(ledger, counters, self.retries, self.errors, self.health, report)
+        self._pending = pending
+        self._write_plan = write_plan
+        # Files named by URLs: a worker holds two mini-batches behind the one that runs, so that the next one's
+        # files are always being fetched while run() works (worker/downloads.py).
+        self._prefetch = policy.prefetch
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
@@ -80,7 +95,7 @@ class Driver:
 
     # The loop ---------------------------------------------------------------------------
 
-    def run(self) -> tuple[str, str]:
+    def run(self) -> tuple[RunStatus, str]:
         """Run until every mini-batch has an outcome; returns (status, status_reason)."""
         self.report.emit(
             "job_started", mini_batches=None if self.counters.planning else self.counters.mini_batches_total
@@ -100,8 +115,8 @@ class Driver:
                     self.report.progress(self.progress())
             status, reason = self._final_status()
         except JobStopped as stop:
-            status, reason = stop.status, str(stop)
-            self.report.emit("threshold_exceeded" if status == "Failed" else "job_canceled", reason=reason)
+            status, reason = RunStatus(stop.status), str(stop)
+            self.report.emit("threshold_exceeded" if status == RunStatus.FAILED else "job_canceled", reason=reason)
         self.outcomes.commit()
         self.report.progress(self.progress())
         self.report.emit("job_finished", status=status, reason=reason)
@@ -115,6 +130,9 @@ class Driver:
     def _peek_pending(self) -> bool:
         if self._lookahead is None and not self._pending_done:
             self._lookahead = next(self._pending, None)
+            if self._lookahead is None and self._write_plan is not None:
+                self._pending = iter(self._write_plan())  # the plan's next chunk, now in the ledger
+                self._lookahead = next(self._pending, None)
             self._pending_done = self._lookahead is None
             if self._pending_done:
                 self.health.check_thresholds()  # the plan is complete: allowed_failed_percent can be judged
@@ -133,10 +151,10 @@ class Driver:
         the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
         runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
         if self._log_duration is None:
-            return 2
+            return 3 if self._prefetch else 2
         typical = math.exp(self._log_duration)
         if typical >= 0.05:
-            return 1
+            return 3 if self._prefetch else 1
         return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:
@@ -151,7 +169,7 @@ class Driver:
                     return
                 mini_batch, attempt = work
                 queued.append(Attempt(mini_batch, attempt, time.time(), mini_batch.items))
-                self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.config.run_invocation_timeout)
+                self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.run_invocation_timeout)
                 self.health.dispatched()
 
     # Events -----------------------------------------------------------------------------------
@@ -232,14 +250,14 @@ class Driver:
 
     # The end ------------------------------------------------------------------------------------
 
-    def _final_status(self) -> tuple[str, str]:
+    def _final_status(self) -> tuple[RunStatus, str]:
         counters = self.counters
         if counters.mini_batches_failed or counters.items_failed:
-            return "Succeeded", (
+            return RunStatus.SUCCEEDED, (
                 f"{counters.items_failed} items in {counters.mini_batches_failed} failed mini-batches "
                 f"were within the thresholds. {self.errors.first()}"
             ).strip()
-        return "Succeeded", "every mini-batch succeeded"
+        return RunStatus.SUCCEEDED, "every mini-batch succeeded"
 
     def progress(self) -> RunSummary:
         busy = sum(1 for queued in self._queued.values() if queued)

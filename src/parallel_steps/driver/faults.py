@@ -1,15 +1,14 @@
-"""Fault policies: which failed attempts are retried, and how errors are grouped.
-
-Error signatures mask numbers, addresses and paths, so "KeyError: 'img_0042.png'"
-and "KeyError: 'img_0043.png'" count as the same error for `max_same_error`.
-"""
+"""Fault policies: which failed attempts are retried, and how errors are grouped (by their
+signature, error_text.py) for `max_same_error`."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..control import JobFailed
+from ..error_text import error_line, signature
 from ..protocol import LossReason, WorkerInfo
 from ..store.logs import RunLogs
 
@@ -32,34 +31,13 @@ BUILTIN_RETRYABLE = (
 #: Losses `ExitCodeAndErrorMsg` retries: a hang past run_invocation_timeout, memory above the limit.
 TRANSIENT_LOSSES = (LossReason.TIMED_OUT, LossReason.OUT_OF_MEMORY)
 
-_MASKS = (
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
-    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-]+)+[\\/]?"), "<path>"),
-    (re.compile(r"'[^']*'|\"[^\"]*\""), "'?'"),
-    (re.compile(r"\d+(\.\d+)?"), "N"),
-)
-
-
-def error_line(error: str) -> str:
-    """The line that says what went wrong: a traceback's last line, else the first line."""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    if not lines:
-        return "unknown error"
-    return lines[-1].strip() if lines[0].startswith("Traceback") else lines[0].strip()
-
-
-def signature(error: str) -> str:
-    """What makes two errors "the same": the error line with numbers, strings and paths masked."""
-    text = error_line(error)
-    for pattern, mask in _MASKS:
-        text = pattern.sub(mask, text)
-    return text
-
 
 class RetryPolicy:
     """`fault_tolerant_policy` and `run_max_try` as one decision."""
 
-    def __init__(self, policy: str, run_max_try: int, retryable_errors: list[str], retryable_exit_codes: list[int]):
+    def __init__(
+        self, policy: str, run_max_try: int, retryable_errors: Iterable[str], retryable_exit_codes: Iterable[int]
+    ):
         self.policy = policy
         self.run_max_try = run_max_try
         patterns = list(retryable_errors) + list(BUILTIN_RETRYABLE)

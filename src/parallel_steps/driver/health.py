@@ -10,49 +10,43 @@ from __future__ import annotations
 import collections
 import time
 
-from ..config import ParallelRunConfig
+from ..config_sections import DriverPolicy, Thresholds
 from ..control import JobFailed
+from ..error_text import error_line
 from ..protocol import WorkerInfo
 from ..summary import Counters
-from .faults import ErrorGroups, error_line
+from .faults import ErrorGroups
 
 _INIT_FAILURE_GRACE_S = 120.0
 _MIN_FINISHED_FOR_RATE = 10
-#: The fields that decide Succeeded or Failed for the same results (what `threshold_breach` and the
-#: same-error rule read).
-OUTCOME_FIELDS = (
-    "error_threshold",
-    "mini_batch_error_threshold",
-    "allowed_failed_count",
-    "allowed_failed_percent",
-    "max_tolerated_failure_rate",
-    "max_same_error",
-)
 
 
-def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | None:
+def threshold_breach(limits: Thresholds, counters: Counters) -> str | None:
     """Which threshold these counts exceed, if any (`error_threshold`, `mini_batch_error_threshold`,
     `allowed_failed_count`, `allowed_failed_percent`, `max_tolerated_failure_rate`)."""
-    if 0 <= config.error_threshold < counters.items_failed:
-        return f"error_threshold {config.error_threshold} exceeded: {counters.items_failed} items failed"
-    for name in ("mini_batch_error_threshold", "allowed_failed_count"):  # the v2 and the v1 name of one threshold
-        limit = getattr(config, name)
+    if 0 <= limits.error_threshold < counters.items_failed:
+        return f"error_threshold {limits.error_threshold} exceeded: {counters.items_failed} items failed"
+    v2_and_v1 = (  # the two names of one threshold
+        ("mini_batch_error_threshold", limits.mini_batch_error_threshold),
+        ("allowed_failed_count", limits.allowed_failed_count),
+    )
+    for name, limit in v2_and_v1:
         if limit is not None and 0 <= limit < counters.mini_batches_failed:
             return f"{name} {limit} exceeded: {counters.mini_batches_failed} mini-batches failed"
     total = max(1, counters.mini_batches_total)
-    if not counters.planning and 100.0 * counters.mini_batches_failed / total > config.allowed_failed_percent:
+    if not counters.planning and 100.0 * counters.mini_batches_failed / total > limits.allowed_failed_percent:
         return (
-            f"allowed_failed_percent {config.allowed_failed_percent:g} exceeded: "
+            f"allowed_failed_percent {limits.allowed_failed_percent:g} exceeded: "
             f"{counters.mini_batches_failed} of {counters.mini_batches_total} mini-batches failed"
         )
     finished = counters.run
     if (
-        config.max_tolerated_failure_rate >= 0
+        limits.max_tolerated_failure_rate >= 0
         and finished >= _MIN_FINISHED_FOR_RATE
-        and counters.mini_batches_failed / finished > config.max_tolerated_failure_rate
+        and counters.mini_batches_failed / finished > limits.max_tolerated_failure_rate
     ):
         return (
-            f"max_tolerated_failure_rate {config.max_tolerated_failure_rate:g} exceeded: "
+            f"max_tolerated_failure_rate {limits.max_tolerated_failure_rate:g} exceeded: "
             f"{counters.mini_batches_failed} of {finished} finished mini-batches failed"
         )
     return None
@@ -61,10 +55,8 @@ def threshold_breach(config: ParallelRunConfig, counters: Counters) -> str | Non
 class JobHealth:
     """Decides when a job must stop for a reason other than a cancel."""
 
-    def __init__(
-        self, config: ParallelRunConfig, counters: Counters, errors: ErrorGroups, node_count: int, per_node: int
-    ):
-        self.config, self.counters, self.errors = config, counters, errors
+    def __init__(self, policy: DriverPolicy, counters: Counters, errors: ErrorGroups, node_count: int, per_node: int):
+        self.policy, self.counters, self.errors = policy, counters, errors
         self.node_count, self.per_node = node_count, per_node
         self._starting: dict[tuple[int, int], float] = {}  # (node, slot) -> when its worker was started
         self._ready: set[str] = set()
@@ -140,31 +132,31 @@ class JobHealth:
     # Checks ---------------------------------------------------------------------------------------
 
     def check_thresholds(self) -> None:
-        reason = threshold_breach(self.config, self.counters)
+        reason = threshold_breach(self.policy.thresholds, self.counters)
         if reason:
             raise JobFailed(f"{reason}. {self.errors.first()}".strip())
 
     def check(self) -> None:
         """The time-based checks; called on every turn of the driver's loop."""
-        config, now = self.config, time.monotonic()
+        policy, now = self.policy, time.monotonic()
         if self.counters.init_failures:
             self._check_init_policy()
         if self._starting and not self._ready:
-            bound = 3 * config.run_invocation_timeout + 30
+            bound = 3 * policy.run_invocation_timeout + 30
             if now - max(self._starting.values()) > bound:
                 raise JobFailed(
                     f"every worker has been in init() for more than {bound:g} s "
                     f"(3 x run_invocation_timeout + 30 s); no progress"
                 )
-        if self._first_dispatch is None and now - self._started > config.first_task_creation_timeout:
+        if self._first_dispatch is None and now - self._started > policy.first_task_creation_timeout:
             raise JobFailed(
                 f"no mini-batch was handed to a worker within first_task_creation_timeout "
-                f"{config.first_task_creation_timeout:g} s"
+                f"{policy.first_task_creation_timeout:g} s"
             )
         exempt = any(until > now for until in self._exempt.values())
-        if config.hang_detection and not exempt and now - self._last_completion > config.progress_timeout:
+        if policy.hang_detection and not exempt and now - self._last_completion > policy.progress_timeout:
             raise JobFailed(
-                f"no mini-batch completed for {config.progress_timeout:g} s (progress_update_timeout); "
+                f"no mini-batch completed for {policy.progress_timeout:g} s (progress_update_timeout); "
                 f"the job looks hung. Stacks of hung workers are in {self.errors.logs.relative(self.errors.logs.error_dir)}/"
             )
 

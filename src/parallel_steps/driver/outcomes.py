@@ -7,12 +7,13 @@ import logging
 import time
 from dataclasses import dataclass
 
+from ..error_text import error_line
 from ..inputs.minibatch import MiniBatch
 from ..protocol import LossReason, Outcome, WorkerInfo
 from ..store.ledger import Ledger
 from ..store.logs import RunLogs, timestamp
 from ..summary import RESUMED_COUNTS, Counters
-from .faults import ErrorGroups, RetryPolicy, error_line
+from .faults import ErrorGroups, RetryPolicy
 from .health import JobHealth
 from .progress import Reporter
 

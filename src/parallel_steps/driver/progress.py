@@ -37,15 +37,15 @@ class Reporter:
 
     def progress(self, snapshot: RunSummary) -> None:
         self._last = time.monotonic()
-        eta = "unknown" if snapshot["eta_s"] is None else f"{snapshot['eta_s']:g} s"
+        eta = "unknown" if snapshot.eta_s is None else f"{snapshot.eta_s:g} s"
         self.logs.write_progress(
             f"{timestamp()}\n"
-            f"{snapshot['mini_batches_total']} mini-batches created; {snapshot['mini_batches_done']} processed "
-            f"({snapshot['mini_batches_succeeded']} succeeded, {snapshot['mini_batches_failed']} failed, "
-            f"{snapshot['mini_batches_reused']} reused).\n"
-            f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed; "
-            f"{snapshot['attempts_retried']} attempts retried.\n"
-            f"Rate {snapshot['rate_per_s']:g} mini-batches/s; ETA {eta}.\n",
+            f"{snapshot.mini_batches_total} mini-batches created; {snapshot.mini_batches_done} processed "
+            f"({snapshot.mini_batches_succeeded} succeeded, {snapshot.mini_batches_failed} failed, "
+            f"{snapshot.mini_batches_reused} reused).\n"
+            f"{snapshot.items_succeeded} items succeeded, {snapshot.items_failed} failed; "
+            f"{snapshot.attempts_retried} attempts retried.\n"
+            f"Rate {snapshot.rate_per_s:g} mini-batches/s; ETA {eta}.\n",
             snapshot,
         )
         if self.on_progress:

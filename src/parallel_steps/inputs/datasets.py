@@ -1,21 +1,19 @@
 """Input datasets: what a step partitions. `ensure_dataset` turns a path, a dict or a dataset into one.
 
-A dataset only names files and how to read them; listing and splitting happen
-lazily in the planner, reading happens in the worker.
+A dataset is a pure description: it names files and how to read them, and does no I/O.
+Listing and splitting happen lazily in the planner, reading in the worker's loaders; a
+mini-batch's data as an entry script reads it (`to_path()`, `to_pandas_dataframe()`) is in
+mini_batch_data.py, above all three.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .minibatch import MiniBatch
 from .partitions import PartitionFormat
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 #: CSV read options a TabularDataset accepts (JSON lines and Parquet need none).
 CSV_OPTIONS = ("delimiter", "header", "column_names", "quote_char", "encoding", "skip_rows")
@@ -74,12 +72,6 @@ class FileDataset(_Dataset):
     def __init__(self, path: Any = None, **data: Any):
         super().__init__(path=data.pop("path", path), **data)
 
-    def to_path(self) -> list[str]:
-        """Every file the dataset names, in the order the planner reads them (as Azure ML's `to_path`)."""
-        from .planner import iter_file_runs
-
-        return [path for run in iter_file_runs(self.path) for path in run]
-
 
 class TabularDataset(_Dataset):
     """CSV, Parquet or JSON lines files; `run()` gets a pandas DataFrame.
@@ -98,7 +90,6 @@ class TabularDataset(_Dataset):
     type: Literal["tabular"] = "tabular"
     format: Literal["csv", "parquet", "jsonl"] | None = None
     read_options: dict[str, Any] = Field(default_factory=dict)
-    _mini_batch: MiniBatch | None = PrivateAttr(None)  # set on the dataset a mini-batch's context gives run()
 
     def __init__(
         self,
@@ -122,27 +113,6 @@ class TabularDataset(_Dataset):
         if unknown:
             raise ValueError(f"unknown read option {unknown[0]!r} (use {', '.join(CSV_OPTIONS)})")
         return options
-
-    @classmethod
-    def of_mini_batch(cls, mini_batch: MiniBatch) -> TabularDataset:
-        """The rows of one mini-batch as a dataset (what `mini_batch_context.dataset` is)."""
-        read = mini_batch.read or {}
-        dataset = cls(list(dict.fromkeys(mini_batch.paths)), read_options=read.get("options", {}))
-        dataset._mini_batch = mini_batch
-        return dataset
-
-    def to_pandas_dataframe(self) -> pd.DataFrame:
-        """Every row as one pandas DataFrame (as Azure ML's `to_pandas_dataframe`), path columns last."""
-        import pandas as pd
-
-        from .loaders import load
-        from .planner import Planner
-
-        if self._mini_batch is not None:
-            rows: pd.DataFrame = load(self._mini_batch)
-            return rows
-        frames = [load(mini_batch) for mini_batch in Planner([self], batch_size=1 << 62).mini_batches()]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def format_of(self, path: str) -> str:
         """The format of one file: the dataset's `format`, else from its extension."""

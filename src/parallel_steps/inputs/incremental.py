@@ -28,12 +28,13 @@ from typing import NamedTuple, TypeGuard
 
 import numpy as np
 
+from ..masking import mask_urls
 from . import storage
 from .datasets import Dataset, FileDataset
 from .fingerprints import file_tokens, fingerprint_of
 from .members import EarlierBatch, decode_members, decode_tokens
 from .minibatch import MiniBatch
-from .planner import iter_file_runs
+from .planner import iter_listed_runs
 from .storage import Stat
 
 _EXAMPLES = 5  # dropped mini-batches described in the diff
@@ -103,9 +104,10 @@ class IncrementalPlanner:
 
     def mini_batches(self) -> Iterator[Planned]:
         for dataset in self.datasets:
-            for run in iter_file_runs(dataset.path):
-                for path, owner in zip(run, self._earlier.owners(run)):
-                    yield from self._file(path, storage.stat(path), owner)
+            for run, listed in iter_listed_runs(dataset.path):  # a URL's stats come from its listing
+                stats = listed or map(storage.stat, run)
+                for path, stat, owner in zip(run, stats, self._earlier.owners(run)):
+                    yield from self._file(path, stat, owner)
             for owner in list(self._open):  # what is still open lost files (or never had all of them)
                 yield from self._decide(owner)
             yield from self._flush(final=True)
@@ -154,7 +156,7 @@ class IncrementalPlanner:
         if len(self.diff.dropped) < _EXAMPLES:
             why = ", ".join(f"{n} {what}" for n, what in ((changed, "changed"), (deleted, "deleted")) if n)
             first = decode_members(batch.members)[0]
-            self.diff.dropped.append(f"earlier mini-batch {batch.idx} ({first} ..): {why} file(s)")
+            self.diff.dropped.append(f"earlier mini-batch {batch.idx} ({mask_urls(first)} ..): {why} file(s)")
 
     def _flush(self, final: bool = False) -> Iterator[Planned]:
         while len(self._pending) >= self.batch_size or (final and self._pending):

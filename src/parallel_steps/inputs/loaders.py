@@ -6,38 +6,27 @@ workers never pay for pandas or pyarrow.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .minibatch import MiniBatch
-from .storage import any_url, download, is_url, open_input
+from .storage import any_url, open_input, read_range
 from .tables import parse_bytes, read_table
 
 if TYPE_CHECKING:
     import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
 
 
-def load(mini_batch: MiniBatch, download_dir: Callable[[], str] | None = None) -> Any:
-    """A list of local paths for files (URLs are downloaded first, into the folder `download_dir()`
-    gives, keeping their names); a pandas DataFrame with the file's columns and dtypes for tables."""
+def load(mini_batch: MiniBatch, localize: Callable[[MiniBatch], list[str]] | None = None) -> Any:
+    """A list of local paths for files (`localize` gives local copies of those named by URLs, keeping
+    their names); a pandas DataFrame with the file's columns and dtypes for tables."""
     if mini_batch.kind == "files":
         if not any_url(mini_batch.paths):
             return list(mini_batch.paths)
-        if download_dir is None:
+        if localize is None:
             raise ValueError("files named by URLs need a download folder")
-        folder = download_dir()
-        return [_local_copy(path, folder, position) for position, path in enumerate(mini_batch.paths)]
+        return localize(mini_batch)
     return load_table(mini_batch).to_pandas()
-
-
-def _local_copy(path: str, folder: str, position: int) -> str:
-    if not is_url(path):
-        return path
-    target = os.path.join(folder, str(position), path.rstrip("/").rsplit("/", 1)[-1])
-    os.makedirs(os.path.dirname(target))
-    download(path, target)
-    return target
 
 
 def load_table(mini_batch: MiniBatch) -> pa.Table:
@@ -55,16 +44,14 @@ def _piece(mini_batch: MiniBatch, read: dict[str, Any]) -> pa.Table:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = mini_batch.paths[0]
+    path, size = mini_batch.paths[0], read.get("size")
     if mini_batch.kind == "parquet":
         assert mini_batch.row_groups is not None  # the planner names every Parquet piece's row groups
-        with open_input(path) as file:
-            return pq.ParquetFile(file).read_row_groups(list(mini_batch.row_groups))
+        with open_input(path, size) as file:  # the footer, then the column chunks of these row groups
+            return pq.ParquetFile(file, pre_buffer=True).read_row_groups(list(mini_batch.row_groups))
     if mini_batch.end is None:
-        return read_table(path, mini_batch.kind, read.get("options", {}))
-    with open_input(path) as file:
-        file.seek(mini_batch.start)
-        data = file.read(mini_batch.end - mini_batch.start)
+        return read_table(path, mini_batch.kind, read.get("options", {}), size=size)
+    data = read_range(path, mini_batch.start, mini_batch.end)
     schema = pa.ipc.read_schema(pa.py_buffer(read["schema"]))
     return parse_bytes(data, mini_batch.kind, read.get("options", {}), at_start=mini_batch.start == 0, schema=schema)
 
@@ -78,9 +65,10 @@ def _key_rows(mini_batch: MiniBatch, read: dict[str, Any]) -> pa.Table:
 
     keys, wanted = read["key_columns"], mini_batch.key_values()
     partitions = read.get("partitions") or [{}] * len(mini_batch.paths)
+    sizes = read.get("sizes") or [None] * len(mini_batch.paths)
     tables = []
-    for path, fmt, values in zip(mini_batch.paths, read["formats"], partitions):
-        table = with_path_columns(read_table(path, fmt, read.get("options", {})), values)
+    for path, fmt, values, size in zip(mini_batch.paths, read["formats"], partitions, sizes):
+        table = with_path_columns(read_table(path, fmt, read.get("options", {}), size=size), values)
         mask = None
         for column, value in wanted.items():
             match = pc.is_null(table[column]) if value is None else pc.equal(table[column], value)

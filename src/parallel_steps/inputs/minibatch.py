@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..masking import mask_urls
+
 
 @dataclass(frozen=True, slots=True)
 class MiniBatch:
@@ -55,7 +57,10 @@ class MiniBatch:
         return dict(zip(self.read["key_columns"], self.keys))
 
     def describe(self) -> str:
-        """A short human description: the files, or the file and the piece of it."""
+        """A short human description: the files, or the file and the piece of it (URLs' credentials masked)."""
+        return mask_urls(self._describe())
+
+    def _describe(self) -> str:
         if self.keys is not None:
             return f"{self.key_values()} in {len(self.paths)} file(s)"
         if self.kind == "files":

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import InputError, first_line
+from ..masking import mask_urls
 from .storage import open_input
 from .tables import plan_schema, record_boundaries
 
@@ -33,11 +34,8 @@ def cut_file(
     if fmt == "parquet":
         return _parquet_pieces(path, size, batch_size, notes, fingerprint)
     if size <= batch_size:
-        return [
-            dict(
-                kind=fmt, paths=(path,), items=None, nbytes=size, read=dict(options=options), fingerprint=fingerprint()
-            )
-        ]
+        read = dict(options=options, size=size)
+        return [dict(kind=fmt, paths=(path,), items=None, nbytes=size, read=read, fingerprint=fingerprint())]
     return _text_pieces(path, size, fmt, options, batch_size, fingerprint)
 
 
@@ -45,11 +43,12 @@ def _parquet_pieces(
     path: str, size: int, batch_size: int, notes: list[str], fingerprint: Callable[..., str]
 ) -> Iterator[dict[str, Any]]:
     """Runs of whole row groups of about `batch_size` bytes (a row group is never split); a file with
-    too few row groups for its size gets a note in `notes` saying how to split it further."""
+    too few row groups for its size gets a note in `notes` saying how to split it further. Each piece
+    carries the file's size (`read["size"]`): its worker then opens it without asking."""
     import pyarrow.parquet as pq
 
     try:
-        with open_input(path) as file:
+        with open_input(path, size) as file:
             meta = pq.ParquetFile(file).metadata
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
         raise InputError(path, f"not a readable Parquet file ({first_line(exc)})") from None
@@ -57,7 +56,7 @@ def _parquet_pieces(
     wanted = -(-size // batch_size)
     if wanted > 1 and len(groups) < wanted:
         notes.append(
-            f"{path}: {len(groups)} row group(s) for about {wanted} mini-batches of "
+            f"{mask_urls(path)}: {len(groups)} row group(s) for about {wanted} mini-batches of "
             f"{batch_size} bytes; rewrite it with smaller row groups to split it further"
         )
     pieces, current = [], []
@@ -76,7 +75,7 @@ def _parquet_pieces(
             row_groups=ids,
             items=sum(g[2] for g in piece),
             nbytes=sum(g[1] for g in piece),
-            read=dict(options={}),
+            read=dict(options={}, size=size),
             fingerprint=fingerprint(ids),
         )
 
@@ -89,7 +88,7 @@ def _text_pieces(
     quote = quote.encode() if quote else None
     try:
         bounds = record_boundaries(path, size, batch_size, quote)
-        schema = plan_schema(path, fmt, options, bounds[1], quote)
+        schema = plan_schema(path, fmt, options, bounds[1], quote, size)
     except OSError as exc:
         raise InputError(path, f"cannot read ({exc.strerror})") from None
     except Exception as exc:  # pyarrow's parse errors

@@ -12,7 +12,7 @@ import functools
 import glob
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from stat import S_ISDIR
 from typing import Any
@@ -20,11 +20,11 @@ from typing import Any
 from ..errors import InputError
 from . import storage
 from .datasets import Dataset, FileDataset, TabularDataset
-from .fingerprints import file_identity, files_fingerprint
+from .fingerprints import file_identity, file_token, files_fingerprint
 from .minibatch import MiniBatch
 from .partitions import PartitionFormat, below, hive_values
 from .pieces import cut_file
-from .storage import GLOB_CHARS, Stat, is_url, list_url
+from .storage import RemoteStat, Stat, has_glob, is_url, list_detailed
 from .tables import read_table, row_count
 
 _IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
@@ -68,33 +68,54 @@ class Planner:
     # Files ---------------------------------------------------------------
 
     def _file_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
-        size, group = self.batch_size, []
-        for run in iter_file_runs(dataset.path):
+        size = self.batch_size
+        group: list[str] = []
+        stats: list[RemoteStat | None] | None = None  # the listing's (None for a local file), once a URL is listed
+        for run, listed in iter_listed_runs(dataset.path):
+            if listed is not None and stats is None:
+                stats = [None] * len(group)
             group += run
+            if stats is not None:
+                stats += listed if listed is not None else [None] * len(run)
             full = len(group) - len(group) % size
             for start in range(0, full, size):
-                yield self._files_piece(tuple(group[start : start + size]))
+                chunk = None if stats is None else stats[start : start + size]
+                yield self._files_piece(tuple(group[start : start + size]), chunk)
             group = group[full:]
+            stats = None if stats is None else stats[full:]
         if group:
-            yield self._files_piece(tuple(group))
+            yield self._files_piece(tuple(group), stats)
 
     def _file_key_batches(self, dataset: FileDataset) -> Iterator[dict[str, Any]]:
         """One mini-batch per distinct combination of `partition_keys` in the paths (`partition_format`)."""
         if dataset.partition_format is None:  # the configuration refuses such a step
             raise ValueError("file inputs are partitioned by keys of their partition_format")
         keys, path_format = list(self.partition_keys or []), PartitionFormat(dataset.partition_format)
-        combos: dict[tuple[Any, ...], list[str]] = {}
-        for run in iter_file_runs(dataset.path):
-            for path in run:
+        combos: dict[tuple[Any, ...], list[tuple[str, RemoteStat | None]]] = {}
+        for run, listed in iter_listed_runs(dataset.path):
+            for path, stat in zip(run, listed if listed is not None else [None] * len(run)):
                 values = _format_values(path_format, path)
-                combos.setdefault(tuple(values[key] for key in keys), []).append(path)
+                combos.setdefault(tuple(values[key] for key in keys), []).append((path, stat))
         for combo in sorted(combos, key=_nulls_last):
-            yield dict(self._files_piece(tuple(combos[combo])), keys=combo, read=dict(key_columns=keys))
+            files = combos[combo]
+            piece = self._files_piece(tuple(path for path, _ in files), [stat for _, stat in files])
+            yield dict(piece, keys=combo, read=dict(piece.get("read") or {}, key_columns=keys))
 
-    def _files_piece(self, paths: tuple[str, ...]) -> dict[str, Any]:
+    def _files_piece(self, paths: tuple[str, ...], listed: Sequence[RemoteStat | None] | None) -> dict[str, Any]:
+        """A file mini-batch. Deferred (a fresh run), local files are fingerprinted by their worker, and
+        listed objects (`listed`: their stats, None for local files) travel with their tokens from the
+        listing for the worker to fingerprint them."""
         if self.defer_files:
-            return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
-        stats = [storage.stat(path) for path in paths]
+            if listed is None or all(stat is None for stat in listed):
+                return dict(kind="files", paths=paths, items=len(paths), nbytes=None, fingerprint=None)
+            tokens = tuple(None if stat is None else file_token(stat) for stat in listed)
+            nbytes = sum(stat.st_size for stat in listed if stat is not None)
+            return dict(
+                kind="files", paths=paths, items=len(paths), nbytes=nbytes, fingerprint=None, read=dict(tokens=tokens)
+            )
+        stats = [
+            storage.stat(path) if stat is None else stat for path, stat in zip(paths, listed or [None] * len(paths))
+        ]
         return dict(
             kind="files",
             paths=paths,
@@ -146,25 +167,25 @@ class Planner:
             identities[path] = self._file_identity(path, stat)
             in_file = [key for key in keys if key not in values]
             if in_file:
-                table = read_table(path, fmt, dataset.read_options, columns=in_file)
+                table = read_table(path, fmt, dataset.read_options, columns=in_file, size=stat.st_size)
                 counts = table.group_by(in_file).aggregate([([], "count_all")]).to_pylist()
             else:
-                counts = [{"count_all": row_count(path, fmt, dataset.read_options)}]
+                counts = [{"count_all": row_count(path, fmt, dataset.read_options, stat.st_size)}]
             for row in counts:
                 if not row["count_all"]:
                     continue
                 combo = tuple(values[key] if key in values else row[key] for key in keys)
-                entry = combos.setdefault(combo, [0, [], [], 0, []])
+                entry = combos.setdefault(combo, [0, [], [], [], []])
                 entry[0] += row["count_all"]
                 entry[1].append(path)
                 entry[2].append(fmt)
-                entry[3] += stat.st_size
+                entry[3].append(stat.st_size)
                 entry[4].append(values)
         for combo in sorted(combos, key=_nulls_last):
-            rows, paths, formats, nbytes, partitions = combos[combo]
+            rows, paths, formats, sizes, partitions = combos[combo]
             files = b"".join(identities[path] for path in paths)
             fingerprint = hashlib.sha1(files + repr((keys, combo, dataset.read_options)).encode()).hexdigest()
-            read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats))
+            read = dict(options=dataset.read_options, key_columns=keys, formats=tuple(formats), sizes=tuple(sizes))
             if any(partitions):
                 read["partitions"] = tuple(partitions)
             yield dict(
@@ -172,7 +193,7 @@ class Planner:
                 paths=tuple(paths),
                 keys=combo,
                 items=rows,
-                nbytes=nbytes,
+                nbytes=sum(sizes),
                 read=read,
                 fingerprint=fingerprint,
             )
@@ -193,22 +214,35 @@ def _nulls_last(combo: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
 
 
 def iter_files(paths: list[str], skip_hidden: bool = False) -> Iterator[tuple[str, Stat]]:
-    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order."""
-    for run in iter_file_runs(paths, skip_hidden):
-        for path in run:
-            yield path, storage.stat(path)
+    """(path, stat) of every file named by `paths` (files, folders recursively, globs), in sorted order;
+    a URL's stats come from its listing."""
+    for run, stats in iter_listed_runs(paths, skip_hidden):
+        if stats is None:
+            for path in run:
+                yield path, storage.stat(path)
+        else:
+            yield from zip(run, stats)
 
 
 def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list[str]]:
     """The files of `iter_files` as lists of consecutive paths (a folder's files between its
     subfolders), so that grouping them into mini-batches is slicing, not a step per file."""
+    for run, _ in iter_listed_runs(paths, skip_hidden):
+        yield run
+
+
+def iter_listed_runs(
+    paths: list[str], skip_hidden: bool = False
+) -> Iterator[tuple[list[str], list[RemoteStat] | None]]:
+    """The runs of `iter_file_runs`, each with its files' stats where the listing gave them (URLs: one
+    detailed listing); None for local files, which are statted only when a fingerprint is wanted."""
     for spec in paths:
-        is_glob = bool(GLOB_CHARS & set(spec))
+        is_glob = has_glob(spec)
         if is_url(spec):
-            urls = [url for url in list_url(spec) if not (skip_hidden and _hidden(url, spec))]
-            if not urls:
+            listed = [(url, st) for url, st in list_detailed(spec) if not (skip_hidden and _hidden(url, spec))]
+            if not listed:
                 raise InputError(spec, "matches no files" if is_glob else "no such file or folder")
-            yield urls
+            yield [url for url, _ in listed], [st for _, st in listed]
             continue
         if is_glob:
             matches = sorted(glob.iglob(spec, recursive=True))
@@ -220,7 +254,7 @@ def iter_file_runs(paths: list[str], skip_hidden: bool = False) -> Iterator[list
         for match in matches:
             for run in _walk(match, skip_hidden):
                 found = True
-                yield run
+                yield run, None
         if not found:
             raise InputError(spec, "matches no files" if is_glob else "folder has no files")
 

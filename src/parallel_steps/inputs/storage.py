@@ -1,22 +1,28 @@
 """Where data lives: local paths, or fsspec URLs (`s3://`, `gs://`, `abfs://`, `file://`, ...).
 
-The planner lists and fingerprints through here, workers open and download through
-here; everything else only sees strings. fsspec (and the filesystem's own package,
-such as s3fs) is imported only when a URL is used.
+The planner lists through here (one detailed listing gives every object's size and
+version: no request per object), workers read and fetch through here; everything else
+only sees strings. Each URL is opened with the run's `storage_options` for its prefix,
+and transient errors are retried (inputs/retry.py). fsspec (and the filesystem's own
+package, such as s3fs) is imported only when a URL is used.
 """
 
 from __future__ import annotations
 
-import fcntl
+import functools
+import io
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, cast
 
 from ..errors import InputError, first_line
+from .retry import retried
+from .storage_options import current
 
 GLOB_CHARS = set("*?[")
+#: Stores whose put is atomic (an object appears only once it is whole): no temporary name needed.
+_ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory"}
 
 
 class RemoteStat(NamedTuple):
@@ -35,80 +41,170 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
+def has_glob(path: str) -> bool:
+    """Whether a path or URL is a glob pattern (an http(s) URL's `?` starts its query: not a pattern)."""
+    if path.startswith(("http://", "https://")):
+        path = path.split("?", 1)[0]
+    return bool(GLOB_CHARS & set(path))
+
+
 def any_url(paths: Iterable[str]) -> bool:
     """Whether any of `paths` is a URL, in one search (a worker asks it for every mini-batch)."""
     return "://" in "\n".join(paths)
 
 
 def stat(path: str) -> Stat:
-    """`os.stat` of a path, or the size and version of a URL's object; errors name the file."""
+    """`os.stat` of a path, or the size and version of one URL's object (a request: listings give
+    these for every object they list, see `list_detailed`); errors name the file."""
     try:
         if not is_url(path):
             return os.stat(path)
-        filesystem, inner = _filesystem(path)
-        return _remote_stat(filesystem.info(inner))
+        filesystem, inner = filesystem_of(path)
+        return remote_stat(retried(lambda: filesystem.info(inner)))
     except OSError as exc:
         raise InputError(path, f"cannot read ({getattr(exc, 'strerror', None) or first_line(exc)})") from None
 
 
+def list_detailed(url: str) -> list[tuple[str, RemoteStat]]:
+    """Every file a URL names (an object, a folder recursively, or a glob) with its size and version,
+    sorted, from the store's listing (no request per object)."""
+    filesystem, inner = filesystem_of(url)
+    try:
+        if has_glob(inner):
+            infos: dict[str, dict[str, Any]] = {}
+            for name, info in retried(lambda: filesystem.glob(inner, detail=True)).items():
+                if info.get("type") == "directory":
+                    infos.update(retried(functools.partial(filesystem.find, name, detail=True)))
+                else:
+                    infos[name] = info
+        else:
+            infos = retried(lambda: filesystem.find(inner, detail=True))
+            if isinstance(infos, list):  # adlfs names a single object without its details
+                infos = {name: retried(functools.partial(filesystem.info, name)) for name in infos}
+    except (FileNotFoundError, NotADirectoryError):
+        infos = {}
+    except OSError as exc:
+        raise InputError(url, f"cannot list ({getattr(exc, 'strerror', None) or first_line(exc)})") from None
+    bases = _glob_base(inner), _glob_base(url)
+    return sorted(
+        (_listed_url(filesystem, *bases, name), remote_stat(info))
+        for name, info in infos.items()
+        if info.get("type") != "directory" and not name.endswith("/")
+    )
+
+
 def list_url(url: str) -> list[str]:
-    """Every file a URL names (an object, a folder recursively, or a glob), as sorted URLs."""
-    filesystem, inner = _filesystem(url)
-    matches = filesystem.glob(inner) if GLOB_CHARS & set(inner) else [inner]
-    files: list[str] = []
-    for match in matches:
-        if filesystem.isdir(match):
-            files += filesystem.find(match)
-        elif filesystem.exists(match):
-            files.append(match)
-    return sorted(filesystem.unstrip_protocol(file) for file in files)
+    """The URLs of `list_detailed`."""
+    return [listed for listed, _ in list_detailed(url)]
 
 
-def open_input(path: str) -> BinaryIO:
-    """A binary file object reading a local path or a URL (seekable: pyarrow reads Parquet footers)."""
+def _listed_url(filesystem: Any, inner_base: str, url_base: str, name: str) -> str:
+    """A listed object's URL written as the user wrote the one listed (`abfs://c@account.../x` keeps its
+    account, so its `storage_options` prefix still matches), else as fsspec writes it."""
+    if name == inner_base:
+        return url_base
+    if name.startswith(inner_base + "/") and url_base.endswith(inner_base.split("/", 1)[-1]):
+        return url_base + name[len(inner_base) :]
+    unstripped: str = filesystem.unstrip_protocol(name)
+    return unstripped
+
+
+def _glob_base(path: str) -> str:
+    """The folder a glob pattern starts in (the path itself, less a trailing `/`, when it is none)."""
+    if not has_glob(path):
+        return path.rstrip("/")
+    head = path.split("://", 1)[-1]
+    cut = min(head.find(c) for c in GLOB_CHARS if c in head) + len(path) - len(head)
+    return path[:cut].rsplit("/", 1)[0]
+
+
+def open_input(path: str, size: int | None = None) -> BinaryIO:
+    """A seekable binary file reading a local path or a URL; `size` (from the listing) spares a URL the
+    request that asks it. A URL's reads are range requests of exactly what is read (no read-ahead:
+    pyarrow reads a Parquet footer, then only the column chunks of the row groups it needs)."""
     if not is_url(path):
         return open(path, "rb")
-    filesystem, inner = _filesystem(path)
-    file: BinaryIO = filesystem.open(inner, "rb")
-    return file
+    filesystem, inner = filesystem_of(path)
+    if size is None:
+        size = int(retried(lambda: filesystem.info(inner))["size"])
+    return cast(BinaryIO, _RangeFile(filesystem, inner, size))
 
 
-def download(url: str, target: str) -> None:
-    """Copy a URL's object, or its folder recursively, to a local path."""
-    filesystem, inner = _filesystem(url)
-    filesystem.get(inner, target, recursive=filesystem.isdir(inner))
+def read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a local file or a URL's object (one range request)."""
+    if not is_url(path):
+        with open(path, "rb") as file:
+            file.seek(start)
+            return file.read(end - start)
+    filesystem, inner = filesystem_of(path)
+    data: bytes = retried(lambda: filesystem.cat_file(inner, start=start, end=end))
+    return data
 
 
-def upload(local: Path, url: str) -> None:
-    """Copy a local file, or every file under a local folder (same relative places), to a URL."""
-    filesystem, inner = _filesystem(url)
+class _RangeFile(io.RawIOBase):
+    """A read-only file over one object of known size; each read is one range request."""
+
+    def __init__(self, filesystem: Any, inner: str, size: int):
+        self.filesystem, self.inner, self.size, self.position = filesystem, inner, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        start = self.position
+        end = self.size if size is None or size < 0 else min(self.size, start + size)
+        if end <= start:
+            return b""
+        data: bytes = retried(lambda: self.filesystem.cat_file(self.inner, start=start, end=end))
+        self.position = start + len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+
+def upload(local: Path, url: str, last: str | None = None) -> None:
+    """Copy a local file, or every file under a local folder (same relative places), to a URL. Each object
+    appears only whole: stores whose put is atomic get it directly, other filesystems a temporary name that
+    is then renamed. `last` (a file name in the folder) goes last, so that once it is there, all is."""
+    filesystem, inner = filesystem_of(url)
     files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+    files.sort(key=lambda path: path.name == last)
+    atomic = _protocol(filesystem) in _ATOMIC_PUT
+    made: set[str] = set()
     for path in files:
         target = inner if path == local else f"{inner.rstrip('/')}/{path.relative_to(local).as_posix()}"
-        filesystem.makedirs(filesystem._parent(target), exist_ok=True)
-        filesystem.put_file(str(path), target)
+        parent = filesystem._parent(target)
+        if not atomic and parent not in made:
+            filesystem.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        if atomic:
+            retried(functools.partial(filesystem.put_file, str(path), target))
+        else:
+            partial = f"{parent}/.partial-{os.urandom(8).hex()}-{target.rsplit('/', 1)[-1]}"
+            retried(functools.partial(filesystem.put_file, str(path), partial))
+            retried(functools.partial(filesystem.mv, partial, target))
 
 
-def copy_once(source: str, folder: Path) -> str:
-    """A local copy of a side input (a path or a URL) in `folder`, made once however many workers ask:
-    the first copies while the others wait on a lock. Returns the copy's path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / (Path(source.rstrip("/")).name or "side_input")
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not target.exists():
-            partial = folder / f".partial-{os.getpid()}"
-            if is_url(source):
-                download(source, str(partial))
-            elif os.path.isdir(source):
-                shutil.copytree(source, partial, symlinks=True)
-            else:
-                shutil.copy2(source, partial)
-            os.rename(partial, target)
-    return str(target)
-
-
-def _filesystem(url: str) -> tuple[Any, str]:
+def filesystem_of(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of a URL, opened with the run's `storage_options` for it, and the path in it."""
     try:
         import fsspec
     except ImportError:
@@ -117,13 +213,19 @@ def _filesystem(url: str) -> tuple[Any, str]:
             "URLs need fsspec: pip install 'parallel-steps[fsspec]' and the filesystem's package (s3fs, gcsfs, adlfs)",
         ) from None
     try:
-        filesystem, inner = fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as exc:
+        filesystem, inner = fsspec.core.url_to_fs(url, **current().options_for(url))
+    except (ImportError, ValueError, TypeError) as exc:
         raise InputError(url, f"cannot open ({first_line(exc)})") from None
     return filesystem, inner
 
 
-def _remote_stat(info: dict[str, Any]) -> RemoteStat:
+def _protocol(filesystem: Any) -> str:
+    protocol = filesystem.protocol
+    return str(protocol if isinstance(protocol, str) else protocol[0])
+
+
+def remote_stat(info: dict[str, Any]) -> RemoteStat:
+    """An object's size and version from a listing's (or `info`'s) entry."""
     keys = ("ETag", "etag", "md5Hash", "mtime", "LastModified", "last_modified", "updated", "created")
     version = next((str(info[key]) for key in keys if info.get(key) is not None), "")
     return RemoteStat(int(info.get("size") or 0), version)

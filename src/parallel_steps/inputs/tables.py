@@ -25,7 +25,7 @@ def record_boundaries(path: str, size: int, batch_size: int, quote: bytes | None
     doubling it, which keeps the parity). Without one (JSON lines) it only seeks.
     """
     bounds, target, quotes = [0], batch_size, 0
-    with open_input(path) as file:
+    with open_input(path, size) as file:
         while target < size:
             if not quote:
                 file.seek(max(file.tell(), target))
@@ -54,10 +54,12 @@ def record_boundaries(path: str, size: int, batch_size: int, quote: bytes | None
     return bounds
 
 
-def plan_schema(path: str, fmt: str, options: dict[str, Any], first_end: int, quote: bytes | None) -> bytes:
+def plan_schema(
+    path: str, fmt: str, options: dict[str, Any], first_end: int, quote: bytes | None, size: int | None = None
+) -> bytes:
     """The Arrow schema of a split file, inferred from its head, so that every piece of the
     file reads with the same columns and types."""
-    with open_input(path) as file:
+    with open_input(path, size) as file:
         head = file.read(min(first_end, _SCHEMA_SAMPLE))
     if len(head) < first_end:
         head = head[: _last_boundary(head, quote)]
@@ -105,12 +107,14 @@ def parse_bytes(
     return pcsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
 
 
-def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] | None = None) -> pa.Table:
-    """A whole file as an Arrow table (optionally some columns); errors name the file."""
+def read_table(
+    path: str, fmt: str, options: dict[str, Any], columns: list[str] | None = None, size: int | None = None
+) -> pa.Table:
+    """A whole file as an Arrow table (optionally some columns; `size` if known); errors name the file."""
     import pyarrow.parquet as pq
 
     try:
-        with open_input(path) as file:
+        with open_input(path, size) as file:
             if fmt == "parquet":
                 return pq.read_table(file, columns=columns)
             table = parse_bytes(file.read(), fmt, options, at_start=True)
@@ -121,15 +125,15 @@ def read_table(path: str, fmt: str, options: dict[str, Any], columns: list[str] 
         raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
 
 
-def row_count(path: str, fmt: str, options: dict[str, Any]) -> int:
+def row_count(path: str, fmt: str, options: dict[str, Any], size: int | None = None) -> int:
     """The rows of a whole file: a Parquet footer says it, a text file is read."""
     if fmt != "parquet":
-        rows: int = read_table(path, fmt, options).num_rows
+        rows: int = read_table(path, fmt, options, size=size).num_rows
         return rows
     import pyarrow.parquet as pq
 
     try:
-        with open_input(path) as file:
+        with open_input(path, size) as file:
             rows = pq.ParquetFile(file).metadata.num_rows
     except Exception as exc:
         raise InputError(path, f"not a readable parquet file ({first_line(exc)})") from None

@@ -5,8 +5,9 @@ The driver submits mini-batches to ready workers and reads events (protocol.py);
 it never sees a process or an actor. Every failure is scoped to one worker and
 the one mini-batch it held, so a pool is never "broken".
 
-What both pools do the same way lives here: worker names, worker states, the
-texts of losses, the next wake-up, and which processes this machine can observe.
+What both pools do the same way lives here: worker names, the detail of a loss the
+pool decided, and which processes this machine can observe; each worker's books, their
+rules and the texts of losses are in slots.py.
 """
 
 from __future__ import annotations
@@ -14,28 +15,16 @@ from __future__ import annotations
 import abc
 import collections
 import contextlib
-import enum
-import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import Event, WorkerInfo, WorkerSpec
-from ..store.logs import mini_batch_tag
+from ..protocol import Event, LossReason, WorkerInfo, WorkerLogPaths, WorkerSpec
+from ..store.logs import hang_summary
+from .slots import Slot, WorkerState
 
 if TYPE_CHECKING:
     from ..inputs.minibatch import MiniBatch
-
-_IDLE_WAKEUP_S = 3600.0
-
-
-class WorkerState(enum.Enum):
-    """Where a worker is in its life, as its pool sees it."""
-
-    STARTING = "starting"  # started, init() not done
-    READY = "ready"  # takes mini-batches
-    STOPPING = "stopping"  # asked to stop, or given up on: its results are no longer taken
-    GONE = "gone"
 
 
 @dataclass
@@ -71,7 +60,7 @@ class PoolSettings:
 class WorkerPool(abc.ABC):
     """Starts, feeds, supervises and replaces workers; a context manager that always cleans up.
 
-    Subclasses keep their workers' handles (each with an `info: WorkerInfo`) in `_handles`.
+    Subclasses keep their workers' handles (each with an `info: WorkerInfo` and a `slot: Slot`) in `_handles`.
     """
 
     def __init__(self, settings: PoolSettings) -> None:
@@ -152,8 +141,8 @@ class WorkerPool(abc.ABC):
         driver last looked (its `Lost` event sends the driver's queue for it elsewhere)."""
         self._check_open()
         handle = self._handles.get(worker.id)
-        if handle is not None and handle.state is not WorkerState.READY:
-            raise RuntimeError(f"worker {worker.id} is {handle.state.value}, not ready")
+        if handle is not None and handle.slot.state is not WorkerState.READY:
+            raise RuntimeError(f"worker {worker.id} is {handle.slot.state.value}, not ready")
         return handle
 
     def _check_open(self) -> None:
@@ -161,36 +150,12 @@ class WorkerPool(abc.ABC):
             raise RuntimeError("the worker pool is not started (use it as a context manager)")
 
 
-def next_wakeup(now: float, times: Iterable[float | None]) -> float:
-    """The earliest of `times` (deadlines, kill times, checks), or a distant one when none is set."""
-    return min((t for t in times if t is not None), default=now + _IDLE_WAKEUP_S)
-
-
-# The texts of losses, the same on every pool -------------------------------------------------
-
-
-def timed_out_detail(limit: float, mini_batch: int) -> str:
-    return f"run() exceeded {limit:g} s {mini_batch_tag(mini_batch)}"
-
-
-def out_of_memory_detail(rss: int, limit: int) -> str:
-    return f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
-
-
-def shutdown_cut_off_detail(timeout: float) -> str:
-    return f"shutdown() did not finish within {timeout:g} s; the worker is killed"
-
-
-def exit_name(code: int | None) -> str:
-    """An exit code as people read it: `exit code 1`, or the signal, e.g. `SIGKILL(-9)`."""
-    if code is None:
-        return "an unknown exit code"
-    if code < 0:
-        try:
-            return f"{signal.Signals(-code).name}({code})"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+def decided_loss(slot: Slot, logs: WorkerLogPaths) -> str:
+    """The detail of a loss the pool decided ("" when it decided none): a time-out's gets where run()
+    hung, read from the stacks the worker wrote to its error log."""
+    if slot.loss is LossReason.TIMED_OUT:
+        return slot.loss_detail + hang_summary(logs.error)
+    return slot.loss_detail
 
 
 # Processes ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The local worker pool: worker processes on this machine, supervised from one loop.
 
-    driver ──submit──▶ LocalWorkerPool ──(duplex pipe per worker)──▶ worker process
-       ▲                   │  polls: every pipe and every pidfd sentinel;
+    driver ──submit──▶ LocalWorkerPool ──(socket pair per worker)──▶ worker process
+       ▲                   │  polls: every socket and every pidfd sentinel;
        └── next_events ◀───┘  timeout = the nearest deadline
 
 One owner, one loop, no locks: only the pool holds the worker processes. A worker
@@ -11,8 +11,10 @@ ones come back a few at a time. Its marker (a little shared memory) says which
 mini-batch it runs and since when, so a deadline counts from the real start,
 and a sentinel (pidfd) firing the moment it dies maps to exactly that
 mini-batch; the others it held go back unstarted. `node_count > 1` simulates
-nodes on one machine. Deadlines and the memory limit are the watchdog's
-(local_watchdog.py); one process and its pipe are a `WorkerProcess` (local_process.py).
+nodes on one machine. What each worker holds and the rules for it are its books
+(slots.py); deadlines and the memory limit are the watchdog's (local_watchdog.py);
+one process and its socket are a `WorkerProcess` (local_process.py), the frames on
+the socket local_frames.py's.
 """
 
 from __future__ import annotations
@@ -26,31 +28,31 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from ..inputs.minibatch import MiniBatch
 from ..protocol import (
     Event,
     Finished,
+    FromWorker,
     HangTimeoutChanged,
     InitFailed,
     ItemsLoaded,
     LossReason,
     Lost,
     Ready,
+    WorkerHangTimeout,
     WorkerInfo,
+    WorkerInitFailed,
+    WorkerLoaded,
+    WorkerReady,
+    WorkerResults,
 )
-from ..store.logs import hang_summary, note_hang, stderr_tail
+from ..store.logs import note_hang, stderr_tail
 from ..worker.runtime import copies_root
-from .base import (
-    PoolSettings,
-    WorkerPool,
-    WorkerState,
-    exit_name,
-    shutdown_cut_off_detail,
-)
+from .base import PoolSettings, WorkerPool, decided_loss
 from .local_process import WorkerProcess
-from .local_watchdog import DUMP_GRACE_S, Watchdog, oom_hint
+from .local_watchdog import Watchdog, oom_hint
+from .slots import DUMP_GRACE_S, WorkerState, died_in_init_detail, exit_name, shutdown_cut_off_detail
 
 _REAP_S = 5.0  # the longest a SIGKILLed worker may take to be gone
 
@@ -86,11 +88,11 @@ class LocalWorkerPool(WorkerPool):
         worker = WorkerProcess.start(info, spec, environment)
         worker.info = info = dataclasses.replace(info, pid=worker.process.pid, gpu=gpu)
         self._handles[info.id] = worker
-        self._watch(worker.conn.fileno(), "conn", worker)
-        self._watch(worker.sentinel, "sentinel", worker)
+        self._watch(worker.conn.fileno(), "conn", worker, worker.poll_mask())  # the spec may still wait
+        self._watch(worker.sentinel, "sentinel", worker, select.POLLIN)
 
-    def _watch(self, fd: int, kind: str, worker: WorkerProcess) -> None:
-        self._poller.register(fd, select.POLLIN)
+    def _watch(self, fd: int, kind: str, worker: WorkerProcess, mask: int) -> None:
+        self._poller.register(fd, mask)
         self._by_fd[fd] = (kind, worker)
 
     def _unwatch(self, fd: int) -> None:
@@ -107,14 +109,14 @@ class LocalWorkerPool(WorkerPool):
         handle = self._ready(worker)
         if handle is None:
             return
-        handle.queue[mini_batch.index] = timeout
+        handle.slot.hold(mini_batch.index, attempt, timeout)
         handle.outbox.append((mini_batch, attempt))
 
     def next_events(self, timeout: float) -> list[Event]:
         for handle in self._handles.values():  # what was submitted since the last look: one message each
             if handle.outbox and handle.pipe_open:
-                handle.frame_outbox()
-                self._poller.modify(handle.conn.fileno(), handle.write())
+                handle.send_outbox()
+                self._poller.modify(handle.conn.fileno(), handle.poll_mask())
         self._gather(0 if self._events else timeout)
         events = list(self._events)
         self._events.clear()
@@ -137,49 +139,49 @@ class LocalWorkerPool(WorkerPool):
         kind, handle = self._by_fd[fd]
         if kind == "conn":
             if mask & select.POLLOUT:
-                self._poller.modify(fd, handle.write())
+                self._poller.modify(fd, handle.poll_mask())
             if mask & ~select.POLLOUT and handle.pipe_open:
                 self._receive(handle)
         elif kind == "sentinel":
             self._reap(handle)
 
     def _receive(self, handle: WorkerProcess) -> None:
-        """Read one message; the poller reports the pipe again while more are waiting."""
+        """Take every message that has come."""
         try:
-            self._on_message(handle, handle.conn.recv())
+            messages = handle.conn.receive()
         except (EOFError, OSError):
             self._close_pipe(handle)  # the sentinel tells the rest
+            return
+        for message in messages:
+            self._on_message(handle, message)
 
     def _close_pipe(self, handle: WorkerProcess) -> None:
         if handle.pipe_open:
             self._unwatch(handle.conn.fileno())
             handle.close_pipe()
 
-    def _on_message(self, handle: WorkerProcess, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "ready":
-            handle.state = WorkerState.READY
-            self._events.append(Ready(handle.info))
-        elif kind == "init_failed":
-            handle.state = WorkerState.STOPPING
-            self._events.append(InitFailed(handle.info, message[1]))
-        elif kind == "loaded":
-            self._events.append(ItemsLoaded(handle.info, message[1], message[2]))
-        elif kind == "hang_timeout":
-            self._set_hang_timeout(handle, message[1])
-        elif kind == "results":
-            for index, outcome in message[1]:
-                if handle.queue.pop(index, False) is not False:
-                    self._events.append(Finished(handle.info, index, outcome))
-
-    def _set_hang_timeout(self, handle: WorkerProcess, seconds: float | None) -> None:
-        index, _ = handle.marker.get()
-        if index not in handle.queue:
-            return
-        if seconds is not None and seconds < 0:
-            seconds = handle.queue[index]
-        handle.extended = (index, time.monotonic() + seconds if seconds else None)
-        self._events.append(HangTimeoutChanged(handle.info, seconds))
+    def _on_message(self, handle: WorkerProcess, message: FromWorker) -> None:
+        """What the worker says, as events. Messages about an attempt that ended, and results of a
+        worker given up, are dropped (the local pool samples memory itself: no WorkerOverMemory)."""
+        slot = handle.slot
+        match message:
+            case WorkerResults() if slot.taking_results:
+                for index, outcome in message.results:
+                    if slot.finish(index) is not None:
+                        self._events.append(Finished(handle.info, index, outcome))
+            case WorkerLoaded() if slot.holds(message.mini_batch, message.attempt):
+                self._events.append(ItemsLoaded(handle.info, message.mini_batch, message.items))
+            case WorkerHangTimeout() if slot.holds(message.mini_batch, message.attempt):
+                handle.observe()
+                if slot.taking_results and slot.running == message.mini_batch:  # it still runs it
+                    limit = slot.set_hang_timeout(message.seconds, time.monotonic())
+                    self._events.append(HangTimeoutChanged(handle.info, limit))
+            case WorkerReady():
+                slot.state = WorkerState.READY
+                self._events.append(Ready(handle.info))
+            case WorkerInitFailed():
+                slot.state = WorkerState.STOPPING
+                self._events.append(InitFailed(handle.info, message.error))
 
     # Losing workers ---------------------------------------------------------------------
 
@@ -187,29 +189,27 @@ class LocalWorkerPool(WorkerPool):
         """The worker process exited: free its slot and GPU, and say what it held."""
         exit_code = handle.process.wait()
         handle.kill()  # anything it started
-        while handle.pipe_open and handle.conn.poll():
+        if handle.pipe_open:
             self._receive(handle)  # results it sent before it died still count
-        previous, handle.state = handle.state, WorkerState.GONE
+        handle.observe()  # the mini-batch it ran when it died
+        slot = handle.slot
+        previous, slot.state = slot.state, WorkerState.GONE
         self._close_pipe(handle)
         self._unwatch(handle.sentinel)
         os.close(handle.sentinel)
         self._free_gpu(handle.info)
         del self._handles[handle.info.id]
-        index, _ = handle.marker.get()
         handle.marker.close()
-        if self._closed or previous is WorkerState.STOPPING:
-            return
+        if self._closed or (previous is WorkerState.STOPPING and slot.loss is None):
+            return  # closing, or its init() failed (reported then)
         if previous is WorkerState.STARTING:
-            error = f"worker exited with {exit_name(exit_code)} during init(){stderr_tail(handle.logs)}"
+            error = died_in_init_detail(exit_name(exit_code)) + stderr_tail(handle.logs)
             self._events.append(InitFailed(handle.info, error))
             return
-        head = index if index in handle.queue else None  # the rest it held goes back unstarted
-        if handle.loss is LossReason.TIMED_OUT:
-            handle.loss_detail += hang_summary(handle.logs.error)
-        detail = handle.loss_detail or (
+        detail = decided_loss(slot, handle.logs) or (
             f"worker exited with {exit_name(exit_code)}{oom_hint(handle, exit_code)}{stderr_tail(handle.logs)}"
         )
-        self._events.append(Lost(handle.info, head, handle.loss or LossReason.CRASHED, exit_code, detail))
+        self._events.append(Lost(handle.info, slot.blame(), slot.loss or LossReason.CRASHED, exit_code, detail))
 
     def _free_gpu(self, info: WorkerInfo) -> None:
         if info.gpu is not None:
@@ -227,7 +227,7 @@ class LocalWorkerPool(WorkerPool):
         self._closed = True
         grace = self.settings.shutdown_timeout if grace is None else grace
         for handle in self._handles.values():
-            if handle.pipe_open and handle.state is WorkerState.READY and not handle.queue and grace > 0:
+            if handle.pipe_open and handle.slot.state is WorkerState.READY and not handle.slot.held and grace > 0:
                 handle.ask_to_stop()
             else:
                 handle.kill()

@@ -12,20 +12,29 @@ gone, so even a SIGKILLed driver leaves no orphans.
 from __future__ import annotations
 
 import collections
-import functools
 import os
-import select
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from typing import Any
 
 from ..inputs.minibatch import MiniBatch
-from ..protocol import Outcome
+from ..protocol import (
+    FromWorker,
+    Outcome,
+    RunAttempts,
+    StopWorker,
+    ToWorker,
+    WorkerHangTimeout,
+    WorkerInitFailed,
+    WorkerLoaded,
+    WorkerReady,
+    WorkerResults,
+)
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
+from .local_frames import WorkerEnd
 from .marker import Marker
 
 _PARENT_POLL_S = 0.5
@@ -42,12 +51,14 @@ def _watch_parent(parent_pid: int) -> None:
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-class _Results:
-    """Finished results, sent together when the queue runs dry, or a few milliseconds later at most."""
+class _Outbox:
+    """What the worker tells the pool: finished results, sent together when the queue runs dry or a few
+    milliseconds later at most, and what the entry script causes while it runs an attempt, after them."""
 
-    def __init__(self, conn: Connection, flush: Callable[[], None]):
+    def __init__(self, conn: WorkerEnd, flush: Callable[[], None]):
         self.conn, self.flush, self.since = conn, flush, 0.0
         self.items: list[tuple[int, Outcome]] = []
+        self.index, self.attempt = -1, 0  # the attempt it runs
 
     def add(self, index: int, outcome: Outcome) -> None:
         if not self.items:
@@ -57,60 +68,66 @@ class _Results:
     def due(self) -> bool:
         return len(self.items) >= _BATCH_MAX or time.monotonic() - self.since >= _BATCH_S
 
-    def send(self, *message: Any) -> None:
-        """Flush the batch, then send `message` (so the pool sees events in order)."""
+    def send(self, message: FromWorker | None = None) -> None:
+        """Flush the batch, then send `message` (so the pool sees what happened in order)."""
         if self.items:
             self.flush()  # the slices and log lines the results point at, before the results
-            self.conn.send(("results", self.items))
+            self.conn.send(WorkerResults(self.items))
             self.items = []
-        if message:
+        if message is not None:
             self.conn.send(message)
+
+    def loaded(self, items: int) -> None:
+        self.send(WorkerLoaded(self.index, self.attempt, items))
+
+    def hang_timeout(self, seconds: float | None) -> None:
+        self.send(WorkerHangTimeout(self.index, self.attempt, seconds))
 
 
 def main(fd: int, parent_pid: int, marker_fd: int) -> int:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
-    conn, marker = Connection(fd), Marker(marker_fd)
+    conn, marker = WorkerEnd(socket.socket(fileno=fd)), Marker(marker_fd)
     spec = conn.recv()
     try:
         spec = localize_side_inputs(spec, copy_paths=False)  # local paths are read in place
     except Exception as exc:
-        conn.send(("init_failed", f"side inputs could not be copied: {type(exc).__name__}: {exc}"))
+        conn.send(WorkerInitFailed(f"side inputs could not be copied: {type(exc).__name__}: {exc}", os.getpid()))
         return 3
-    runtime = WorkerRuntime(spec, hang_timeout_hook=lambda seconds: results.send("hang_timeout", seconds))
-    results = _Results(conn, runtime.flush)
+    runtime = WorkerRuntime(spec, hang_timeout_hook=lambda seconds: outbox.hang_timeout(seconds))
+    outbox = _Outbox(conn, runtime.flush)
     try:
         runtime.start()
     except InitError as exc:
-        conn.send(("init_failed", str(exc)))
+        conn.send(WorkerInitFailed(str(exc), os.getpid()))
         return 3
-    conn.send(("ready",))
+    conn.send(WorkerReady(os.getpid()))
     queue: collections.deque[tuple[MiniBatch, int]] = collections.deque()
-    inbox = select.poll()  # registered once: Connection.poll() builds a selector per call
-    inbox.register(conn.fileno(), select.POLLIN)
     while True:
         try:
             # Block only when there is nothing to run; else look for messages between batches of results.
-            while not queue or (not results.items and inbox.poll(0)):
+            while not queue or (not outbox.items and conn.waiting()):
                 if not queue:
-                    results.send()
-                message = conn.recv()
-                if message[0] == "stop":
+                    outbox.send()
+                message: ToWorker = conn.recv()
+                if isinstance(message, StopWorker):
                     runtime.shutdown()
                     return 0
-                queue.extend(message[1])
+                if isinstance(message, RunAttempts):
+                    queue.extend(message.attempts)
         except EOFError:
             break
         mini_batch, attempt = queue.popleft()
+        outbox.index, outbox.attempt = mini_batch.index, attempt
+        if queue:
+            runtime.prefetch(queue[0][0])  # its files named by URLs are fetched while this one runs
         marker.set(mini_batch.index, time.monotonic())
-        outcome = runtime.run(
-            mini_batch, attempt, on_loaded=functools.partial(results.send, "loaded", mini_batch.index)
-        )
+        outcome = runtime.run(mini_batch, attempt, on_loaded=outbox.loaded)
         marker.clear()
-        results.add(mini_batch.index, outcome)
+        outbox.add(mini_batch.index, outcome)
         # A failure is reported at once; results wait for company only while mini-batches are quick, so
         # a long next one never holds them back (status would lag, and a crash would run them again).
-        if not queue or not outcome.ok or outcome.duration >= _QUICK_S or results.due():
-            results.send()
+        if not queue or not outcome.ok or outcome.duration >= _QUICK_S or outbox.due():
+            outbox.send()
     runtime.shutdown()
     return 0
 

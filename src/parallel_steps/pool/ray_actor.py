@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
-import functools
 import os
 import shutil
 import sys
@@ -25,13 +24,24 @@ from typing import Any, TextIO
 import ray
 
 from ..inputs.minibatch import MiniBatch
-from ..protocol import Outcome, WorkerSpec
-from ..store.logs import WorkerLogPaths
+from ..protocol import (
+    FromWorker,
+    Outcome,
+    WorkerHangTimeout,
+    WorkerInitFailed,
+    WorkerLoaded,
+    WorkerLogPaths,
+    WorkerOverMemory,
+    WorkerReady,
+    WorkerSpec,
+)
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
 from .base import tree_rss
+from .slots import MEMORY_CHECK_S
 
-DUMP_DELAY_S = 0.5  # the actor's own stack dump fires this long after its deadline (after the header)
-_MEMORY_CHECK_S = 1.0
+#: The actor's own stack dump fires this long after its deadline, so that it follows the header the pool
+#: writes at the deadline (as the pool sees it); the pool kills it `slots.DUMP_GRACE_S` after that.
+DUMP_DELAY_S = 0.5
 
 
 class ParallelStepsWorker:
@@ -58,37 +68,34 @@ class ParallelStepsWorker:
         self._timeout: float | None = None
         self._dump_file: TextIO | None = None
 
-    def start(self) -> tuple[Any, ...]:
-        """Environment, log redirection, side-input copies, then the script's init(): ("ready", pid, gpu) or
-        ("init_failed", traceback, pid, gpu)."""
+    def start(self) -> WorkerReady | WorkerInitFailed:
+        """Environment, log redirection, side-input copies, then the script's init()."""
         os.environ.update(self._environment)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if self._gpu else None
         problem = _shared_run_dir_problem(self._spec)
         if problem:
-            return ("init_failed", problem, os.getpid(), gpu)
+            return WorkerInitFailed(problem, os.getpid(), gpu)
         _redirect_output(self._spec.logs)
         if os.path.isdir(self._cwd):
             os.chdir(self._cwd)
         try:
             spec = localize_side_inputs(self._spec, copy_paths=True)  # nodes may not share a filesystem
         except Exception as exc:
-            return (
-                "init_failed",
-                f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}",
-                os.getpid(),
-                gpu,
-            )
+            error = f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}"
+            return WorkerInitFailed(error, os.getpid(), gpu)
         self._dump_file = open(spec.logs.error, "a", encoding="utf-8")
         self._runtime = WorkerRuntime(spec, hang_timeout_hook=self._on_hang_timeout)
         try:
             self._runtime.start()
         except InitError as exc:
-            return ("init_failed", str(exc), os.getpid(), gpu)
+            return WorkerInitFailed(str(exc), os.getpid(), gpu)
         finally:
             _flush()
+        # The first call to another actor connects to it: done here, not in the first run()'s timed post.
+        ray.get(self._mailbox.ping.remote())
         if self._memory_limit:
             threading.Thread(target=self._watch_memory, daemon=True, name="parallel-steps-memory").start()
-        return ("ready", os.getpid(), gpu)
+        return WorkerReady(os.getpid(), gpu)
 
     def run(self, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> Outcome:
         """One attempt; a faulthandler watchdog writes the stacks if it outlives its deadline."""
@@ -96,7 +103,7 @@ class ParallelStepsWorker:
         self._current, self._timeout = (mini_batch.index, attempt), timeout
         self._arm_dump(timeout)
         try:
-            return runtime.run(mini_batch, attempt, on_loaded=functools.partial(self._post, "loaded"))
+            return runtime.run(mini_batch, attempt, on_loaded=self._loaded)
         finally:
             faulthandler.cancel_dump_traceback_later()
             self._current = None
@@ -122,23 +129,27 @@ class ParallelStepsWorker:
         if seconds and self._dump_file is not None:
             faulthandler.dump_traceback_later(seconds + DUMP_DELAY_S, file=self._dump_file)
 
+    def _loaded(self, items: int) -> None:
+        if self._current is not None:
+            self._post(WorkerLoaded(*self._current, items))
+
     def _on_hang_timeout(self, seconds: float | None) -> None:
         self._arm_dump(self._timeout if seconds is not None and seconds < 0 else seconds)
-        self._post("hang_timeout", seconds)
-
-    def _post(self, kind: str, value: Any) -> None:
         if self._current is not None:
-            self._mailbox.post.remote(self._id, (kind, *self._current, value))
+            self._post(WorkerHangTimeout(*self._current, seconds))
+
+    def _post(self, message: FromWorker) -> None:
+        self._mailbox.post.remote(self._id, message)
 
     def _watch_memory(self) -> None:
         """Tell the pool once run() goes above worker_memory_limit; the pool kills the actor."""
         told = None
         while True:
-            time.sleep(_MEMORY_CHECK_S)
+            time.sleep(MEMORY_CHECK_S)
             rss = tree_rss(os.getpid())
             current = self._current
             if current is not None and current != told and rss > (self._memory_limit or 0):
-                self._post("out_of_memory", rss)
+                self._post(WorkerOverMemory(*current, rss))
                 told = current
 
 
@@ -146,14 +157,17 @@ class Mailbox:
     """Messages workers send during run(); the pool keeps one `take()` in flight and wakes when it returns."""
 
     def __init__(self) -> None:
-        self._messages: list[tuple[str, tuple[Any, ...]]] = []
+        self._messages: list[tuple[str, FromWorker]] = []  # (sender's worker id, message)
         self._posted = asyncio.Event()
 
-    async def post(self, worker_id: str, message: tuple[Any, ...]) -> None:
+    async def post(self, worker_id: str, message: FromWorker) -> None:
         self._messages.append((worker_id, message))
         self._posted.set()
 
-    async def take(self) -> list[tuple[str, tuple[Any, ...]]]:
+    async def ping(self) -> None:
+        """Nothing: a worker's first call, so that its posts during run() find the connection open."""
+
+    async def take(self) -> list[tuple[str, FromWorker]]:
         await self._posted.wait()
         self._posted.clear()
         messages, self._messages = self._messages, []

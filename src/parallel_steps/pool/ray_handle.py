@@ -1,14 +1,13 @@
-"""One Ray actor as the Ray pool sees it: the mini-batches it was sent, the deadline of the one it runs,
-and why the pool is giving it up.
+"""One Ray actor as the Ray pool sees it: its books (`slots.Slot`: the mini-batches it was sent and the
+refs of their results, the deadline of the one it runs, why the pool gives it up) and the calls to it.
 
 Only the pool's loop touches a handle (as `local_process.WorkerProcess` on the local side); the actor
 itself is `ray_actor.ParallelStepsWorker`. Ray runs an actor's calls in order, one at a time, so the
-head of the queue is the one running.
+first mini-batch held is the one running, from the moment the one before it finished (as seen here).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import time
@@ -22,22 +21,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 import ray
 
 from ..inputs.minibatch import MiniBatch
-from ..protocol import LossReason, Outcome, WorkerInfo, WorkerSpec
-from ..store.logs import WorkerLogPaths, note_hang
-from .base import WorkerState, timed_out_detail
+from ..protocol import Outcome, WorkerInfo, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
+from ..store.logs import note_hang
+from .ray_actor import DUMP_DELAY_S
 from .ray_nodes import RayNode
-
-DUMP_GRACE_S = 2.0  # a timed-out actor dumps its stacks, then is killed this long after its deadline
-
-
-@dataclass
-class Queued:
-    """A mini-batch sent to an actor, and the ref of its result."""
-
-    mini_batch: MiniBatch
-    attempt: int
-    timeout: float | None
-    ref: Any
+from .slots import Held, Slot, WorkerState
 
 
 @dataclass
@@ -49,13 +37,8 @@ class RayActorHandle:
     node: RayNode
     logs: WorkerLogPaths
     gpu: bool
-    state: WorkerState = WorkerState.STARTING
     start_ref: Any = None
-    queue: collections.deque[Queued] = field(default_factory=collections.deque)  # the head is running
-    deadline: float | None = None  # of the head of the queue
-    kill_at: float | None = None
-    loss: LossReason | None = None
-    loss_detail: str = ""
+    slot: Slot = field(default_factory=Slot)
 
     @classmethod
     def start(
@@ -83,62 +66,39 @@ class RayActorHandle:
     def send(self, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> Any:
         """Queue one mini-batch on the actor; returns the ref of its result."""
         ref = self.actor.run.remote(mini_batch, attempt, timeout)
-        self.queue.append(Queued(mini_batch, attempt, timeout, ref))
-        if len(self.queue) == 1:
-            self.start_head(time.monotonic())
+        self.slot.hold(mini_batch.index, attempt, timeout, ref)
+        if len(self.slot.held) == 1:
+            self.slot.start(mini_batch.index, time.monotonic())
         return ref
 
-    def start_head(self, now: float) -> None:
-        """The head started when the one before it finished (as seen here); its timeout counts from then."""
-        timeout = self.queue[0].timeout if self.queue else None
-        self.deadline = now + timeout if timeout else None
+    def started(self, reply: WorkerReady | WorkerInitFailed) -> str | None:
+        """Take the reply of the actor's start(). Returns init()'s error, None when the worker is ready."""
+        self.info = dataclasses.replace(self.info, pid=reply.pid, gpu=reply.gpu)
+        if isinstance(reply, WorkerInitFailed):
+            return reply.error
+        self.slot.state = WorkerState.READY
+        return None
 
-    def started(self, reply: tuple[Any, ...]) -> str | None:
-        """Take the reply of the actor's start(): ("ready", pid, gpu) or ("init_failed", error, pid, gpu).
-        Returns init()'s error, None when the worker is ready."""
-        pid, gpu = reply[-2:]
-        self.info = dataclasses.replace(self.info, pid=pid, gpu=gpu)
-        if reply[0] == "ready":
-            self.state = WorkerState.READY
-            return None
-        error: str = reply[1]
-        return error
-
-    def results(self, ref: Any) -> Iterator[tuple[Queued, Outcome]]:
-        """Take the queue's results up to `ref`'s, in order: Ray ran the ones before it first, so their
-        results are there too. Raises RayError when the actor ended meanwhile."""
-        while self.queue:
-            head = self.queue[0]
+    def results(self, ref: Any) -> Iterator[tuple[Held, Outcome]]:
+        """Take the results of what it holds, in order, up to `ref`'s: Ray ran the ones before it first,
+        so their results are there too. Raises RayError when the actor ended meanwhile."""
+        while (head := self.slot.head()) is not None:
             outcome: Outcome = ray.get(head.ref)
-            self.queue.popleft()
-            self.start_head(time.monotonic())
+            self.slot.finish(head.index)
+            following = self.slot.head()
+            if following is not None:
+                self.slot.start(following.index, time.monotonic())
             yield head, outcome
             if head.ref == ref:
                 return
 
-    def set_hang_timeout(self, seconds: float | None) -> float | None:
-        """The entry script set a new limit for the running mini-batch (negative: its run() timeout
-        again), counting from now; returns the limit in force."""
-        seconds = self.queue[0].timeout if seconds is not None and seconds < 0 else seconds
-        self.deadline = time.monotonic() + seconds if seconds else None
-        return seconds
-
-    def position(self, index: int, attempt: int) -> int | None:
-        """Where that attempt is in the queue; None once it ended."""
-        return next((i for i, q in enumerate(self.queue) if (q.mini_batch.index, q.attempt) == (index, attempt)), None)
-
     def refs(self) -> list[Any]:
-        return [r for r in [self.start_ref, *(q.ref for q in self.queue)] if r is not None]
+        return [r for r in [self.start_ref, *(held.ref for held in self.slot.held.values())] if r is not None]
 
     def time_out(self, now: float) -> None:
-        """The head ran past its deadline: its results are no longer taken, and the actor is killed at
-        `kill_at`, once its own watchdog has written its stacks."""
-        head = self.queue[0]
-        detail = timed_out_detail(head.timeout or 0.0, head.mini_batch.index)
-        note_hang(self.logs, detail)
-        self.state, self.deadline = WorkerState.STOPPING, None
-        self.loss, self.loss_detail = LossReason.TIMED_OUT, detail
-        self.kill_at = now + DUMP_GRACE_S
+        """The one it runs passed its deadline: its results are no longer taken, and the actor is killed
+        once its own watchdog has written its stacks (`DUMP_DELAY_S` after the deadline)."""
+        note_hang(self.logs, self.slot.time_out(now, dump_delay=DUMP_DELAY_S))
 
     def kill(self) -> None:
         try:

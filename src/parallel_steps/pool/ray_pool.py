@@ -28,22 +28,33 @@ from ray.exceptions import ActorUnschedulableError, RayActorError, RayError
 import ray
 
 from ..inputs.minibatch import MiniBatch
-from ..protocol import Event, Finished, HangTimeoutChanged, InitFailed, ItemsLoaded, LossReason, Lost, Ready, WorkerInfo
-from ..store.logs import hang_summary, stderr_tail
-from ..worker.runtime import copies_root
-from .base import (
-    PoolSettings,
-    WorkerPool,
-    WorkerState,
-    next_wakeup,
-    out_of_memory_detail,
+from ..protocol import (
+    Event,
+    Finished,
+    FromWorker,
+    HangTimeoutChanged,
+    InitFailed,
+    ItemsLoaded,
+    LossReason,
+    Lost,
+    Ready,
+    WorkerHangTimeout,
+    WorkerInfo,
+    WorkerInitFailed,
+    WorkerLoaded,
+    WorkerOverMemory,
+    WorkerReady,
 )
+from ..store.logs import stderr_tail
+from ..worker.runtime import copies_root
+from .base import PoolSettings, WorkerPool, decided_loss
 from .ray_actor import ParallelStepsWorker
 from .ray_connect import RayConnection
 from .ray_handle import RayActorHandle
 from .ray_nodes import RayNodes
-from .ray_refs import RayRefs
+from .ray_refs import Answers, RayRefs
 from .ray_shutdown import remove_side_input_copies, stop_actors
+from .slots import Due, WorkerState, died_in_init_detail, next_wakeup
 
 
 class RayWorkerPool(WorkerPool):
@@ -89,7 +100,7 @@ class RayWorkerPool(WorkerPool):
         handle = self._handles[info.id] = RayActorHandle.start(
             self._actor_class, info, node, gpu, spec, environment, self._refs.mailbox, self.settings.memory_limit
         )
-        self._refs.add(handle.start_ref, "start", info.id)
+        self._refs.add(handle.start_ref, Answers.START, info.id)
 
     def replace(self, worker: WorkerInfo) -> None:
         self._check_open()
@@ -107,11 +118,12 @@ class RayWorkerPool(WorkerPool):
         handle = self._ready(worker)
         if handle is None:
             return
-        self._refs.add(handle.send(mini_batch, attempt, timeout), "run", worker.id)
+        self._refs.add(handle.send(mini_batch, attempt, timeout), Answers.RUN, worker.id)
 
     def next_events(self, timeout: float) -> list[Event]:
         end = time.monotonic() + timeout
         while not self._events:
+            self._poll(0.0)  # what actors posted before a deadline counts before it
             now = time.monotonic()
             self._enforce_deadlines(now)
             for node_index, slot in self._nodes.rebind(now):
@@ -120,7 +132,7 @@ class RayWorkerPool(WorkerPool):
                 break
             times = [self._nodes.next_rebind()]
             for handle in self._handles.values():
-                times += [handle.deadline, handle.kill_at]
+                times += handle.slot.wakeups()
             self._poll(max(0.0, min(end, next_wakeup(now, times)) - now))
             if not self._events and time.monotonic() >= end:
                 return []
@@ -131,25 +143,25 @@ class RayWorkerPool(WorkerPool):
     def _poll(self, timeout: float) -> None:
         """Take every ref that is done; when none is, wait (up to `timeout`) for the first one."""
         for ref in self._refs.ready(timeout):
-            answers = self._refs.pop(ref)  # None: taken already with an earlier one of its worker
-            if answers is not None:
-                self._handle_ready(ref, *answers)
+            entry = self._refs.pop(ref)  # None: taken already with an earlier one of its worker
+            if entry is not None:
+                self._handle_ready(ref, *entry)
 
-    def _handle_ready(self, ref: Any, kind: str, worker_id: str) -> None:
-        if kind == "mail":
+    def _handle_ready(self, ref: Any, answers: Answers, worker_id: str) -> None:
+        if answers is Answers.MAIL:
             for sender, message in self._refs.mail(ref):
                 self._handle_message(sender, message)
             return
         handle = self._handles.get(worker_id)
         if handle is None:
             return  # a worker already given up (timed out, or lost with its node)
-        if kind == "start":
+        if answers is Answers.START:
             handle.start_ref = None
             try:
                 self._started(handle, ray.get(ref))
             except RayError as exc:
                 self._failed(handle, exc)
-        elif handle.state is WorkerState.READY:
+        elif handle.slot.taking_results:
             self._take_results(handle, ref)
 
     def _take_results(self, handle: RayActorHandle, ref: Any) -> None:
@@ -157,11 +169,11 @@ class RayWorkerPool(WorkerPool):
         try:
             for done, outcome in handle.results(ref):
                 self._refs.drop([done.ref])
-                self._events.append(Finished(handle.info, done.mini_batch.index, outcome))
+                self._events.append(Finished(handle.info, done.index, outcome))
         except RayError as exc:
             self._failed(handle, exc)
 
-    def _started(self, handle: RayActorHandle, reply: tuple[Any, ...]) -> None:
+    def _started(self, handle: RayActorHandle, reply: WorkerReady | WorkerInitFailed) -> None:
         error = handle.started(reply)
         if error is None:
             self._events.append(Ready(handle.info))
@@ -170,40 +182,45 @@ class RayWorkerPool(WorkerPool):
         self._forget(handle)
         self._events.append(InitFailed(handle.info, error))
 
-    def _handle_message(self, worker_id: str, message: tuple[Any, ...]) -> None:
-        kind, index, attempt, value = message
+    def _handle_message(self, worker_id: str, message: FromWorker) -> None:
+        """A message an actor posted while it ran an attempt; dropped once that attempt ended."""
         handle = self._handles.get(worker_id)
-        if handle is None or handle.state is not WorkerState.READY:
+        if handle is None or not handle.slot.taking_results:
             return
-        position = handle.position(index, attempt)
+        match message:
+            case WorkerLoaded() if self._runs(handle, message.mini_batch, message.attempt):
+                self._events.append(ItemsLoaded(handle.info, message.mini_batch, message.items))
+            case WorkerHangTimeout() if self._runs(handle, message.mini_batch, message.attempt):
+                limit = handle.slot.set_hang_timeout(message.seconds, time.monotonic())
+                self._events.append(HangTimeoutChanged(handle.info, limit))
+            case WorkerOverMemory() if self._runs(handle, message.mini_batch, message.attempt):
+                handle.slot.over_memory(message.rss, self.settings.memory_limit or 0)
+                self._give_up(handle)
+
+    def _runs(self, handle: RayActorHandle, index: int, attempt: int) -> bool:
+        """Whether the actor still runs that attempt. It does, so the ones held before it are done:
+        their results are taken first."""
+        position = handle.slot.position(index, attempt)
         if position is None:
-            return  # about an attempt that already ended
-        if position:  # the actor runs this one, so the ones before it are done: take them first
-            self._take_results(handle, handle.queue[position - 1].ref)
-            if handle.info.id not in self._handles:
-                return
-        if kind == "loaded":
-            self._events.append(ItemsLoaded(handle.info, index, value))
-        elif kind == "hang_timeout":
-            self._events.append(HangTimeoutChanged(handle.info, handle.set_hang_timeout(value)))
-        elif kind == "out_of_memory":
-            detail = out_of_memory_detail(value, self.settings.memory_limit or 0)
-            self._give_up(handle, LossReason.OUT_OF_MEMORY, detail)
+            return False
+        if position:
+            self._take_results(handle, list(handle.slot.held.values())[position - 1].ref)
+        return handle.info.id in self._handles
 
     # Losing workers ---------------------------------------------------------------------------
 
     def _enforce_deadlines(self, now: float) -> None:
         for handle in list(self._handles.values()):
-            if handle.kill_at is not None and now >= handle.kill_at:
-                summary = hang_summary(handle.logs.error) if handle.loss is LossReason.TIMED_OUT else ""
-                self._give_up(handle, handle.loss or LossReason.CRASHED, handle.loss_detail + summary)
-            elif handle.state is WorkerState.READY and handle.deadline is not None and now >= handle.deadline:
+            due = handle.slot.due(now)
+            if due is Due.KILL:
+                self._give_up(handle)
+            elif due is Due.TIME_OUT:
                 handle.time_out(now)
 
-    def _give_up(self, handle: RayActorHandle, reason: LossReason, detail: str) -> None:
-        """Kill the actor now and report the mini-batch it was running as lost for `reason`."""
+    def _give_up(self, handle: RayActorHandle) -> None:
+        """Kill the actor now and report the mini-batch it was running as lost, as its books say."""
         handle.kill()
-        self._lose(handle, reason, detail)
+        self._lose(handle, handle.slot.loss or LossReason.CRASHED, decided_loss(handle.slot, handle.logs))
 
     def _failed(self, handle: RayActorHandle, exc: RayError) -> None:
         """Ray says the actor is gone (a crash, or its node left), or our actor code failed."""
@@ -213,19 +230,17 @@ class RayWorkerPool(WorkerPool):
         if self._nodes.died(handle.node, exc):
             detail = f"node {handle.info.node_id} ({handle.node.address}) left the Ray cluster: {cause}"
             self._lose(handle, LossReason.CRASHED, detail)
-        elif handle.state is WorkerState.STARTING:
+        elif handle.slot.state is WorkerState.STARTING:
             self._forget(handle)
-            error = f"worker died during init(): {cause}{stderr_tail(handle.logs)}"
-            self._events.append(InitFailed(handle.info, error))
+            self._events.append(InitFailed(handle.info, died_in_init_detail(cause) + stderr_tail(handle.logs)))
         else:
-            detail = handle.loss_detail or f"worker process died: {cause}{stderr_tail(handle.logs)}"
-            self._lose(handle, handle.loss or LossReason.CRASHED, detail)
+            detail = decided_loss(handle.slot, handle.logs) or f"worker process died: {cause}{stderr_tail(handle.logs)}"
+            self._lose(handle, handle.slot.loss or LossReason.CRASHED, detail)
 
     def _lose(self, handle: RayActorHandle, reason: LossReason, detail: str) -> None:
         self._forget(handle)
-        head = handle.queue.popleft() if handle.queue else None
-        # The driver gives the mini-batches queued behind the head to other workers.
-        self._events.append(Lost(handle.info, head.mini_batch.index if head else None, reason, None, detail))
+        # The driver gives the mini-batches held behind the one it ran to other workers.
+        self._events.append(Lost(handle.info, handle.slot.blame(), reason, None, detail))
 
     def _forget(self, handle: RayActorHandle) -> None:
         self._handles.pop(handle.info.id, None)

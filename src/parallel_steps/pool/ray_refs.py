@@ -8,6 +8,7 @@ The mailbox (`ray_actor.Mailbox`) carries the messages actors send while run() g
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,14 +16,23 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray
 
+from ..protocol import FromWorker
 from .ray_actor import Mailbox
 
 
+class Answers(enum.Enum):
+    """What a ref in flight answers."""
+
+    START = "start"  # an actor's start(): WorkerReady or WorkerInitFailed
+    RUN = "run"  # an actor's run(): the Outcome of one attempt
+    MAIL = "mail"  # the mailbox's take(): what actors posted while run() went on
+
+
 class RayRefs:
-    """Refs in flight -> (kind, worker id), kind one of "start", "run", "mail"."""
+    """Refs in flight -> (what each answers, the worker it concerns; "" for the mailbox)."""
 
     def __init__(self) -> None:
-        self._refs: dict[Any, tuple[str, str]] = {}
+        self._refs: dict[Any, tuple[Answers, str]] = {}
         self.mailbox: Any = None
 
     def open_mailbox(self) -> None:
@@ -36,12 +46,12 @@ class RayRefs:
         self._take_mail()
 
     def _take_mail(self) -> None:
-        self._refs[self.mailbox.take.remote()] = ("mail", "")
+        self._refs[self.mailbox.take.remote()] = (Answers.MAIL, "")
 
-    def add(self, ref: Any, kind: str, worker_id: str) -> None:
-        self._refs[ref] = (kind, worker_id)
+    def add(self, ref: Any, answers: Answers, worker_id: str) -> None:
+        self._refs[ref] = (answers, worker_id)
 
-    def pop(self, ref: Any) -> tuple[str, str] | None:
+    def pop(self, ref: Any) -> tuple[Answers, str] | None:
         """What `ref` answers, no longer waited on; None when it was taken already."""
         return self._refs.pop(ref, None)
 
@@ -60,11 +70,11 @@ class RayRefs:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         if not ready and timeout > 0:
             ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-        ready.sort(key=lambda ref: self._refs[ref][0] != "mail")
+        ready.sort(key=lambda ref: self._refs[ref][0] is not Answers.MAIL)
         return ready
 
-    def mail(self, ref: Any) -> list[tuple[str, tuple[Any, ...]]]:
-        """The (sender, message) pairs a done take() of the mailbox brought; waits for the next ones."""
+    def mail(self, ref: Any) -> list[tuple[str, FromWorker]]:
+        """The (sender's worker id, message) pairs a done take() of the mailbox brought; waits for the next ones."""
         self._take_mail()
-        messages: list[tuple[str, tuple[Any, ...]]] = ray.get(ref)
+        messages: list[tuple[str, FromWorker]] = ray.get(ref)
         return messages

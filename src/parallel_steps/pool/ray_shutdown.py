@@ -16,10 +16,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 import ray
 
 from ..store.logs import note_error
-from .base import WorkerState, shutdown_cut_off_detail
-from .ray_actor import remove_side_inputs
-from .ray_handle import DUMP_GRACE_S, RayActorHandle
+from .ray_actor import DUMP_DELAY_S, remove_side_inputs
+from .ray_handle import RayActorHandle
 from .ray_nodes import RayNode
+from .slots import DUMP_GRACE_S, WorkerState, shutdown_cut_off_detail
 
 _STOP_WAIT_S = 10.0
 
@@ -28,10 +28,12 @@ def stop_actors(handles: list[RayActorHandle], mailbox: Any, grace: float, cut_o
     """Run shutdown() on idle actors (none when `grace` is 0), kill every actor and the mailbox, and wait
     (bounded) until Ray has really ended them, so no worker outlives the run. The ids of workers whose
     shutdown() did not finish in time go to `cut_off`."""
-    idle = [h for h in handles if h.state is WorkerState.READY and not h.queue] if grace > 0 else []
+    idle = [h for h in handles if h.slot.state is WorkerState.READY and not h.slot.held] if grace > 0 else []
     stopping = {handle.actor.shutdown.remote(grace): handle for handle in idle}
     if stopping:
-        _, pending = ray.wait(list(stopping), num_returns=len(stopping), timeout=grace + DUMP_GRACE_S)
+        # An actor whose shutdown() overruns dumps its stacks DUMP_DELAY_S after `grace`, then has DUMP_GRACE_S.
+        timeout = grace + DUMP_DELAY_S + DUMP_GRACE_S
+        _, pending = ray.wait(list(stopping), num_returns=len(stopping), timeout=timeout)
         for ref in pending:
             cut_off.append(stopping[ref].info.id)
             note_error(stopping[ref].logs, f"{shutdown_cut_off_detail(grace)} (its stacks are above)")

@@ -3,6 +3,7 @@
 Install with `pip install "parallel-steps[prefect]"`. See docs/prefect.md.
 """
 
+from .azure_pipeline import flow_from_azure_pipeline
 from .blocks import RayCluster
 from .cache import STEP_REUSE, StepReuse
 from .parameters import step_config
@@ -13,6 +14,7 @@ __all__ = [
     "ParallelRunFailed",
     "RayCluster",
     "StepReuse",
+    "flow_from_azure_pipeline",
     "parallel_run",
     "parallel_run_async",
     "step_config",

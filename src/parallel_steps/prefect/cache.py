@@ -15,7 +15,7 @@ from typing import Any
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
-from ..driver.health import OUTCOME_FIELDS
+from ..config_sections import OUTCOME_FIELDS
 from ..errors import ParallelStepsError
 from ..step import reuse_key
 from .parameters import config_from_parameters

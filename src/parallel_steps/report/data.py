@@ -13,7 +13,7 @@ import collections
 import math
 from typing import Any, NamedTuple
 
-from ..driver.faults import signature
+from ..error_text import signature
 from ..store.logs import failure_section
 from .records import Attempt, RunRecords, mask_config, natural, read_samples, unix
 

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from ..inputs.storage import upload
+from ..masking import mask_urls
 from .render import default_path
 
 REPORT_NAME = default_path(".").name  # report.html, under the same name as in the run folder
@@ -15,8 +16,9 @@ _log = logging.getLogger(__name__)
 
 
 def upload_report(report: str | None, output_url: str, output_file_name: str, log: logging.Logger = _log) -> str | None:
-    """Upload the run's report page to `<output_url>/report.html`; its URL, or None when there is no page,
-    the output file has that name, or the upload failed (logged: the report never fails a run)."""
+    """Upload the run's report page to `<output_url>/report.html`; its URL (credentials masked: it goes to the
+    summary), or None when there is no page, the output file has that name, or the upload failed (logged: the
+    report never fails a run)."""
     if not report:
         return None
     if output_file_name == REPORT_NAME:
@@ -26,10 +28,12 @@ def upload_report(report: str | None, output_url: str, output_file_name: str, lo
     try:
         upload(Path(report), url)
     except Exception as exc:
-        log.warning("the report could not be uploaded to %s: %s: %s", url, type(exc).__name__, exc)
+        log.warning(
+            "the report could not be uploaded to %s: %s", mask_urls(url), mask_urls(f"{type(exc).__name__}: {exc}")
+        )
         return None
-    log.info("report uploaded to %s", url)
-    return url
+    log.info("report uploaded to %s", mask_urls(url))
+    return mask_urls(url)
 
 
 def served_report(report: str | None, run_root: Path) -> Path | None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from .data import MAX_BARS, error_groups, page_data
 from .records import RunRecords, read_run
 

@@ -17,9 +17,11 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..masking import URL_MASKING
+from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
@@ -40,18 +42,6 @@ PROCESSED_COLUMNS = [
 _HANG_DUMP = "stacks of every thread:"  # ends the header of a section a faulthandler dump follows
 _SECTION = "--- "  # starts every section of a worker's error log
 _POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class WorkerLogPaths:
-    """The files of one worker process (`processNNN` on a node)."""
-
-    stdout: Path
-    stderr: Path
-    entry_script_log: Path
-    error: Path
-    mini_batches: Path
-    profile: Path
 
 
 class RunLogs:
@@ -85,11 +75,20 @@ class RunLogs:
             error=self.error_dir / node_id / f"{process_name}.txt",
             mini_batches=sys / f"{process_name}.txt",
             profile=sys / f"{process_name}.profile",
+            metrics=user / "metrics" / node_id / f"{process_name}.jsonl",
         )
         if create:
             for path in (paths.stdout, paths.stderr, paths.entry_script_log, paths.error, paths.mini_batches):
                 path.parent.mkdir(parents=True, exist_ok=True)
         return paths
+
+    def count_metrics(self) -> int:
+        """The metrics every worker logged, one JSON line each (the summary's `metrics_logged`)."""
+        total = 0
+        for path in (self.root / "user" / "metrics").glob("*/*.jsonl"):
+            with open(path, "rb") as file:
+                total += sum(1 for _ in file)
+        return total
 
     def relative(self, path: Path) -> str:
         """A path as shown to people: relative to the run directory (`logs/user/error/...`)."""
@@ -113,6 +112,7 @@ class RunLogs:
         """The driver's log (`sys/master_role.txt`), a child of `parallel_steps` so hosts see it too."""
         logger = logging.getLogger(f"parallel_steps.run.{run_id}")
         logger.setLevel(logging.INFO)
+        logger.addFilter(URL_MASKING)  # URLs' passwords and query strings, in every line
         self._master_handler = logging.FileHandler(self.master_role, encoding="utf-8")
         self._master_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(self._master_handler)

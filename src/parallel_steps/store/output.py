@@ -18,19 +18,23 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ..protocol import Part as Part  # carried in outcomes; written and read here
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
 
 
-class Part(NamedTuple):
-    """A slice of a spool file holding one mini-batch's rows."""
+#: The slices of text output with `append_row_dataframe_header`: each begins with its DataFrame's header
+#: line (an empty line for other results), and assembly writes the first header once, at the top.
+TEXT_WITH_HEADER = "text_header"
 
-    path: str
-    offset: int
-    length: int
+
+def spool_format(output_format: str, dataframe_header: bool) -> str:
+    """How the workers encode their slices: as the output file, or text with a header line per slice."""
+    return TEXT_WITH_HEADER if output_format == "text" and dataframe_header else output_format
 
 
 def count_rows(result: Any) -> int:
@@ -71,6 +75,8 @@ def encode(result: Any, fmt: str) -> bytes:
     """The bytes of one slice: text lines, JSON lines, CSV with a header, or a Parquet file."""
     if fmt == "text":
         return _text(result).encode("utf-8")
+    if fmt == TEXT_WITH_HEADER:
+        return (_text_header(result) + "\n" + _text(result)).encode("utf-8")
     if fmt == "jsonl":
         return "".join(json.dumps(row, default=str, ensure_ascii=False) + "\n" for row in _records(result)).encode(
             "utf-8"
@@ -96,6 +102,13 @@ def _text(result: Any) -> str:
     if _is_frame(result):
         return _to_pandas(result).to_csv(sep=" ", header=False, index=False, lineterminator="\n")
     return "\n".join(map(str, result)) + "\n"
+
+
+def _text_header(result: Any) -> str:
+    """A DataFrame's column names as `_text` writes its values (space-separated, quoted as needed); "" for lists."""
+    if not _is_frame(result):
+        return ""
+    return _to_pandas(result).head(0).to_csv(sep=" ", index=False, lineterminator="\n").rstrip("\n")
 
 
 def _records(result: Any) -> Iterable[Any]:
@@ -158,6 +171,8 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str) -> None:
             _assemble_parquet(list(parts), tmp, reader)
         elif fmt == "csv":
             _assemble_csv(list(parts), tmp, reader)
+        elif fmt == TEXT_WITH_HEADER:
+            _assemble_text_with_header(list(parts), tmp, reader)
         else:
             with open(tmp, "wb") as out:
                 for part in _coalesced(parts):
@@ -204,6 +219,17 @@ def _assemble_csv(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:
 
                 frame = pd.read_csv(io.BytesIO(data)).reindex(columns=columns)
                 out.write(frame.to_csv(header=False, index=False).encode("utf-8"))
+
+
+def _assemble_text_with_header(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:
+    """ParallelRunStep's text with `--append_row_dataframe_header`: the first DataFrame's header once, on top."""
+    slices = [reader.read(part).split(b"\n", 1) for part in parts]
+    with open(tmp, "wb") as out:
+        header = next((head for head, _ in slices if head), None)
+        if header is not None:
+            out.write(header + b"\n")
+        for _, rows in slices:
+            out.write(rows)
 
 
 def _csv_line(values: list[str]) -> bytes:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import InputError, ParallelStepsError
+from ..summary import RunStatus
 
-ACTIVE = ("Queued", "Running")
+ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
 STEP_FILE = "step.json"  # in a run directory: the configuration of a detached run
 CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
@@ -35,11 +36,6 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_step_key ON runs (step_key, status);
 CREATE INDEX IF NOT EXISTS runs_by_code_key ON runs (code_key, status);
 """
-
-
-def default_run_root(run_root: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of run directories: `run_root`, else PARALLEL_STEPS_HOME, else ./.parallel_steps."""
-    return Path(run_root or os.environ.get("PARALLEL_STEPS_HOME") or ".parallel_steps").absolute()
 
 
 def new_run_id(name: str) -> str:

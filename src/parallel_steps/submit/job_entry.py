@@ -59,7 +59,7 @@ def cluster_python(supervisor: int) -> str:
 
 def problem(python: str, named: bool) -> str | None:
     """Why `python` cannot run the driver, as one line naming it and what to do; None when it can."""
-    from parallel_steps import __version__
+    from ..version import __version__
 
     whose = "ray_job_python" if named else "the Python of the cluster's Ray"
     fix = f"set ray_job_python to a Python that has them, or install them into it: {python} -m pip install " + (

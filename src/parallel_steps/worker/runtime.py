@@ -16,7 +16,6 @@ import logging
 import os
 import pickle
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -27,17 +26,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..azure import azureml_shim
-from ..azure.context import MiniBatchContext, wants_context
 from ..inputs.fingerprints import file_tokens, fingerprint_of
 from ..inputs.loaders import load
 from ..inputs.members import encode_tokens
 from ..inputs.minibatch import MiniBatch
-from ..inputs.storage import copy_once, is_url
+from ..inputs.storage import is_url
+from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
 from ..store.logs import error_section, journal_line, mini_batch_tag
 from ..store.output import Spool, count_rows
 from . import entry_script
+from .context import MiniBatchContext, wants_context
+from .downloads import Downloads
+from .hooks import worker_hooks
 
 if TYPE_CHECKING:
     import cProfile
@@ -59,7 +60,7 @@ class WorkerRuntime:
         self._error_file: TextIO | None = None  # opened by start(), as is the journal
         self._journal: TextIO | None = None
         self._spool: Spool | None = None
-        self._downloads: str | None = None
+        self._downloads = Downloads(prefix=f"parallel-steps-{spec.process_name}-")
 
     def start(self) -> None:
         """Set up logging and the script's environment, import the script, call init(); raises on failure."""
@@ -89,7 +90,8 @@ class WorkerRuntime:
             ),
             self._hang_timeout_hook,
         )
-        azureml_shim.install(spec.models, spec.metrics_log)
+        for hook in worker_hooks():  # what layers above the core provide to the script (the azureml.core names)
+            hook.worker_started(spec)
         if spec.profile:
             import cProfile
 
@@ -109,7 +111,7 @@ class WorkerRuntime:
         started = time.time()
         items = mini_batch.items
         try:
-            data = load(mini_batch, self._download_dir)
+            data = load(mini_batch, self._downloads.localize)
             items = count_rows(data)
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)
@@ -118,7 +120,7 @@ class WorkerRuntime:
             else:
                 result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
-            fingerprint, tokens = self._fingerprint(mini_batch)
+            fingerprint, tokens = self._fingerprint(mini_batch, data)
             outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, tokens=tokens)
         except Exception as exc:
             outcome = Outcome(
@@ -126,9 +128,15 @@ class WorkerRuntime:
                 items=items,
                 error=self._log_error(f"run() {mini_batch_tag(mini_batch.index)} attempt {attempt}", exc),
             )
+        finally:
+            self._downloads.release(mini_batch)
         outcome.started, outcome.duration = started, time.time() - started
         self._journal_line(mini_batch, attempt, outcome)
         return outcome
+
+    def prefetch(self, mini_batch: MiniBatch) -> None:
+        """Fetch the files of the mini-batch queued next (named by URLs) while the current one runs."""
+        self._downloads.prefetch(mini_batch)
 
     def flush(self) -> None:
         """Make what the reported outcomes point at readable: their output slices and log lines.
@@ -149,11 +157,12 @@ class WorkerRuntime:
             self._log_error("shutdown()", exc)
         if self._profiler:
             self._profiler.dump_stats(self.spec.logs.profile)
+        for hook in worker_hooks():
+            hook.worker_stopped()
         self.flush()
         if self._spool:
             self._spool.close()
-        if self._downloads:
-            shutil.rmtree(self._downloads, ignore_errors=True)
+        self._downloads.close()
 
     # Internals ------------------------------------------------------------------
 
@@ -183,20 +192,20 @@ class WorkerRuntime:
             raise RuntimeError("the worker's log files are opened by start()")
         return file
 
-    def _download_dir(self) -> str:
-        """An empty local folder for the files of this mini-batch named by URLs; the previous
-        mini-batch's downloads are deleted, so a worker holds one mini-batch's worth at most."""
-        if self._downloads:
-            shutil.rmtree(self._downloads, ignore_errors=True)
-        self._downloads = tempfile.mkdtemp(prefix=f"parallel-steps-{self.spec.process_name}-")
-        return self._downloads
-
-    def _fingerprint(self, mini_batch: MiniBatch) -> tuple[str | None, bytes | None]:
-        """The fingerprint and file tokens of a mini-batch the plan left unfingerprinted."""
+    def _fingerprint(self, mini_batch: MiniBatch, data: Any) -> tuple[str | None, bytes | None]:
+        """The fingerprint and file tokens of a mini-batch the plan left unfingerprinted: objects by the
+        tokens their listing gave (or, mode `content`, by hashing the local copies `data` names), local
+        files by their stat."""
         if mini_batch.fingerprint is not None:
             return None, None
-        paths = mini_batch.paths
-        tokens = file_tokens(paths, [None] * len(paths), self.spec.fingerprint_mode)
+        paths, mode = mini_batch.paths, self.spec.fingerprint_mode
+        listed = (mini_batch.read or {}).get("tokens")
+        if mode == "content":
+            tokens = file_tokens(data if listed else paths, [None] * len(paths), mode)
+        elif listed:
+            tokens = [token or file_tokens([path], [None], mode)[0] for path, token in zip(paths, listed)]
+        else:
+            tokens = file_tokens(paths, [None] * len(paths), mode)
         return fingerprint_of(paths, tokens), encode_tokens(tokens)
 
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
@@ -206,7 +215,7 @@ class WorkerRuntime:
 
     def _log_error(self, where: str, exc: BaseException) -> str:
         """Write the full traceback to this worker's error file; return it for the driver."""
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = mask_urls("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         error_file = self._opened(self._error_file)
         error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
         error_file.flush()
@@ -257,6 +266,8 @@ def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
 
 def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, str]:
     """name -> local copy of the entries that need one (URLs; local paths too with `copy_paths`)."""
+    from ..inputs.fetch import copy_once  # asyncio and fsspec: only for a step whose side inputs need copies
+
     return {name: copy_once(path, root / name) for name, path in entries.items() if copy_paths or is_url(path)}
 
 

@@ -9,7 +9,9 @@ is bounded whatever shutdown() does. The fault table of the pools is written her
 The pools are driven directly, as the driver drives them: `make_pool(config, make_spec,
 environment)`, then `submit` / `next_events` / `replace` / `close`. One difference is the
 contract's own: Ray does not report a dead actor's exit code, so `Lost.exit_code` is None there.
-No worker is left behind: tests/conftest.py checks the processes, tests/ray/conftest.py the actors.
+No worker is left behind: tests/conftest.py checks the processes, tests/ray_session.py the actors.
+The cases wait for events, never for time, except where the contract is about time passing (a
+timeout that must not fire, a grace that must end).
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def run(mini_batch):
         time.sleep(600)
     if kind == "slow":
         with EntryScript().hang_timeout(60):
-            time.sleep(6)
+            go = os.path.join(os.path.dirname(mini_batch[0]), "go")
+            while not os.path.exists(go):  # until the test has seen the run() timeout pass
+                time.sleep(0.05)
     return [f"{name} done"]
 
 
@@ -84,15 +88,6 @@ def shutdown():
 HANG_LINE = next(n for n, line in enumerate(SCRIPT.splitlines(), 1) if "HANG LINE" in line)
 #: How long the tests wait for the events a case expects (a bound against a broken pool, not a speed).
 WAIT_S = 60
-
-
-@pytest.fixture(scope="module", params=["local", "ray"])
-def backend(request) -> str:
-    """Every case on one pool, then on the other. Module-scoped, so the session's Ray cluster starts
-    before any test's check for processes left behind begins."""
-    if request.param == "ray":
-        request.getfixturevalue("ray_cluster")  # the Ray pool joins the Ray this process is connected to
-    return request.param
 
 
 def expected_exit_code(backend: str, code: int) -> int | None:
@@ -137,12 +132,17 @@ class Run:
             entry_script=str(self.script),
         )
 
-    def mini_batch(self, index: int, kind: str = "ok") -> MiniBatch:
-        """A mini-batch of one file; its item count is left to the worker (as for tabular inputs)."""
+    def mini_batch(self, index: int, kind: str = "ok", padding: int = 0) -> MiniBatch:
+        """A mini-batch of one file; its item count is left to the worker (as for tabular inputs).
+        `padding` bytes of read options make its descriptor that much larger."""
         path = self.root / "data" / f"{kind}-{index}.txt"
         path.parent.mkdir(exist_ok=True)
         path.write_text("x\n")
-        return MiniBatch(index, "files", (str(path),), f"fingerprint-{index}", 2, None)
+        read = {"padding": "p" * padding} if padding else None
+        return MiniBatch(index, "files", (str(path),), f"fingerprint-{index}", 2, None, read=read)
+
+    def let_slow_runs_end(self) -> None:
+        (self.root / "data" / "go").touch()
 
     def error_log(self, worker: WorkerInfo) -> str:
         return self.logs.worker(worker.node_id, worker.process_name, create=False).error.read_text()
@@ -224,12 +224,18 @@ def test_a_run_that_raises_finishes_with_the_error_and_the_worker_goes_on(run):
 
 
 def test_a_run_given_more_time_by_the_entry_script_is_not_timed_out(run):
-    """run() takes 6 s under a 3 s timeout, inside `EntryScript().hang_timeout(60)` (the pool learns of it
-    through the worker's messages, which a loaded machine may delay by a second or two)."""
+    """run() enters `EntryScript().hang_timeout(60)` under a 3 s timeout and stays there until the 3 s
+    are over (the pool learns of the new limit through the worker's messages, well within them)."""
     pool = run.pool()
     (worker,) = ready_workers(pool)
+    timeout = 3
+    started = time.monotonic()
+    pool.submit(worker, run.mini_batch(0, "slow"), 1, timeout)
 
-    events = first_end(pool, worker, run.mini_batch(0, "slow"), timeout=3)
+    events = events_until(pool, lambda events: bool(of(HangTimeoutChanged, events) or of(Lost, events)))
+    events += events_until(pool, lambda _: time.monotonic() > started + timeout + 1)  # the pool's loop runs on
+    run.let_slow_runs_end()
+    events += events_until(pool, lambda events: bool(of(Finished, events) or of(Lost, events)))
 
     finished = the_end(events)
     assert isinstance(finished, Finished)
@@ -269,6 +275,23 @@ def test_a_hang_past_the_timeout_loses_the_worker_with_its_stacks(run):
     dump = run.error_log(worker)
     assert "run() exceeded 1 s on mini-batch 0; stacks of every thread:" in dump
     assert f'File "{run.script}", line {HANG_LINE} in run' in dump
+
+
+def test_a_hung_worker_whose_queue_fills_its_pipe_is_still_timed_out(run):
+    """Megabytes of descriptors queued behind a run() that hangs: the worker reads none of them, and the
+    pool, which writes them without blocking, still ends the hung one on time."""
+    pool = run.pool()
+    (worker,) = ready_workers(pool)
+    pool.submit(worker, run.mini_batch(0, "hang"), 1, 1)
+    events = events_until(pool, lambda events: bool(of(ItemsLoaded, events)))  # run() has started
+    for index in range(1, 21):
+        pool.submit(worker, run.mini_batch(index, padding=400_000), 1, 30)
+
+    events += events_until(pool, lambda events: bool(of(Lost, events)))
+
+    (lost,) = of(Lost, events)
+    assert (lost.worker, lost.mini_batch, lost.reason) == (worker, 0, LossReason.TIMED_OUT)
+    assert of(Finished, events) == []  # the queue behind it goes back to the driver, unreported
 
 
 def test_memory_above_the_limit_loses_the_worker(run):

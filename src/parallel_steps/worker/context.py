@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..inputs.datasets import FileDataset, TabularDataset
+    from ..inputs.mini_batch_data import MiniBatchFiles, MiniBatchRows
 
 from ..inputs.minibatch import MiniBatch
 
@@ -45,12 +45,10 @@ class MiniBatchContext:
         self.partition_key_value = mini_batch.key_values()
 
     @property
-    def dataset(self) -> FileDataset | TabularDataset:
-        from ..inputs.datasets import FileDataset, TabularDataset
+    def dataset(self) -> MiniBatchFiles | MiniBatchRows:
+        from ..inputs.mini_batch_data import mini_batch_dataset
 
-        if self._mini_batch.kind == "files":
-            return FileDataset(list(self._mini_batch.paths))
-        return TabularDataset.of_mini_batch(self._mini_batch)
+        return mini_batch_dataset(self._mini_batch)
 
     def __repr__(self) -> str:
         return (

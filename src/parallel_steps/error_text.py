@@ -1,0 +1,58 @@
+"""The text of a failure: the line that says what went wrong, and what makes two errors "the same".
+
+A leaf module: the driver groups errors by signature for `max_same_error`, and the run report
+groups the failures it reads back the same way. Signatures mask numbers, addresses, strings
+and paths, so "KeyError: 'img_0042.png'" and "KeyError: 'img_0043.png'" are one error.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MASKS = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-]+)+[\\/]?"), "<path>"),
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "'?'"),
+    (re.compile(r"\d+(\.\d+)?"), "N"),
+)
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_HEAD = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+_PUNCTUATION_ONLY = re.compile(r"^[\s{}\[\](),:;\"'`]*$")  # the JSON block the SDK's exceptions end in
+
+
+def error_line(error: str) -> str:
+    """What went wrong, in one line: for a traceback, the exception's type and the first meaningful
+    line of its message (not its last line: messages can run on, as Azure ML's end in a JSON block);
+    for any other text, its first meaningful line."""
+    text = error.strip()
+    if _TRACEBACK not in text:
+        return _first_meaningful(text.splitlines(), "") or "unknown error"
+    lines = text[text.rindex(_TRACEBACK) :].splitlines()[1:]  # chained: the last traceback is the one raised
+    start = next((i for i, line in enumerate(lines) if line.strip() and not line[0].isspace()), None)
+    if start is None:
+        return "unknown error"
+    head = _EXCEPTION_HEAD.match(lines[start].strip())
+    if head is None:  # not `Type: message`: a line some code printed as it is
+        return lines[start].strip()
+    kind = head.group("type").rsplit(".", 1)[-1]  # azureml.exceptions._azureml_exception.X: the class name
+    message = _first_meaningful([head.group("message") or "", *lines[start + 1 :]], kind)
+    return f"{kind}: {message}" if message else kind
+
+
+def _first_meaningful(lines: list[str], kind: str) -> str:
+    """The first line that says something: not blank, not only punctuation, not the type's name again."""
+    for line in lines:
+        line = line.strip().removeprefix("Message:").strip()
+        if not _PUNCTUATION_ONLY.match(line) and line.rstrip(":") != kind:
+            return line
+    return ""
+
+
+def signature(error: str) -> str:
+    """What makes two errors "the same": the error line with numbers, strings and paths masked."""
+    text = error_line(error)
+    for pattern, mask in _MASKS:
+        text = pattern.sub(mask, text)
+    return text

@@ -1,0 +1,201 @@
+"""What a pool knows of each of its workers, and the rules both pools apply to it.
+
+A `Slot` is one worker as its pool's books have it: where it is in its life, the
+mini-batches it holds in run order, which one it runs and that one's deadline, and, once
+the pool gives it up, why and when it is to be killed. The rules live here once: a
+deadline counts from the real start; a negative hang timeout means the run() timeout
+again; a hung worker gets `DUMP_GRACE_S` to write its stacks; a loss is blamed on the
+mini-batch it ran, never on those queued behind it (the driver gives those to others);
+and the texts of losses. Pure: no processes, no Ray, time is passed in. The pools
+(local.py, ray_pool.py) start, kill and listen; this module only decides, in the manner of
+Ray Data's `_ActorPool`, whose bookkeeping is apart from the operator that runs actors.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import LossReason
+from ..store.logs import mini_batch_tag
+
+#: The time a hung worker gets to write its stacks once its dump is due, before the SIGKILL. A stack
+#: dump (faulthandler) takes milliseconds; a second leaves room for a loaded machine.
+DUMP_GRACE_S = 1.0
+#: How often a busy worker's memory is sampled against worker_memory_limit (and for the OOM hint).
+MEMORY_CHECK_S = 1.0
+_IDLE_WAKEUP_S = 3600.0
+
+
+class WorkerState(enum.Enum):
+    """Where a worker is in its life, as its pool sees it."""
+
+    STARTING = "starting"  # started, init() not done
+    READY = "ready"  # takes mini-batches
+    STOPPING = "stopping"  # init() failed, asked to stop, or given up on: its results are no longer taken
+    GONE = "gone"
+
+
+class Due(enum.Enum):
+    """What a pool must do to a worker now."""
+
+    TIME_OUT = "time_out"  # the mini-batch it runs passed its deadline: dump its stacks (`Slot.time_out`)
+    KILL = "kill"  # the grace for its stacks is over
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A mini-batch a worker was given: its attempt, its run() timeout, and the ref of its result (Ray)."""
+
+    index: int
+    attempt: int
+    timeout: float | None
+    ref: Any = None
+
+
+@dataclass
+class Slot:
+    """One worker's books. Only its pool's loop touches them."""
+
+    state: WorkerState = WorkerState.STARTING
+    held: dict[int, Held] = field(default_factory=dict)  # by mini-batch index, in run order
+    running: int | None = None  # the one it runs, as far as the pool knows
+    deadline: float | None = None  # of the one it runs (None: no limit)
+    kill_at: float | None = None
+    loss: LossReason | None = None  # set when the pool gives the worker up
+    loss_detail: str = ""
+    _since: float | None = None  # when `running` started
+
+    def hold(self, index: int, attempt: int, timeout: float | None, ref: Any = None) -> None:
+        """The worker is given a mini-batch; it runs after those it holds."""
+        self.held[index] = Held(index, attempt, timeout, ref)
+
+    def holds(self, index: int, attempt: int) -> bool:
+        """Whether that attempt is still held (False once it ended or the worker was given up)."""
+        held = self.held.get(index)
+        return held is not None and held.attempt == attempt
+
+    def head(self) -> Held | None:
+        """The first mini-batch it holds: the one it runs, or the next to run."""
+        return next(iter(self.held.values()), None)
+
+    def position(self, index: int, attempt: int) -> int | None:
+        """How many mini-batches it holds before that attempt; None when it does not hold it."""
+        if not self.holds(index, attempt):
+            return None
+        return list(self.held).index(index)
+
+    @property
+    def busy(self) -> bool:
+        """Ready and holding work: what deadlines and memory limits apply to."""
+        return self.state is WorkerState.READY and bool(self.held)
+
+    @property
+    def taking_results(self) -> bool:
+        return self.state is WorkerState.READY
+
+    def start(self, index: int | None, since: float) -> None:
+        """The worker started `index` at `since` (None, or one it does not hold: it runs none of
+        them). Its deadline counts from that start; the same start seen again changes nothing, so a
+        hang timeout given meanwhile stands."""
+        if index is not None and index not in self.held:
+            index = None
+        if (index, since) == (self.running, self._since):
+            return
+        self.running, self._since = index, since
+        timeout = self.held[index].timeout if index is not None else None
+        self.deadline = since + timeout if timeout else None
+
+    def finish(self, index: int) -> Held | None:
+        """Its result came: the mini-batch is no longer held. None when it was not (its result is stale)."""
+        held = self.held.pop(index, None)
+        if held is not None and index == self.running:
+            self.running, self.deadline = None, None
+        return held
+
+    def set_hang_timeout(self, seconds: float | None, now: float) -> float | None:
+        """The entry script gave the mini-batch it runs `seconds` from now (None: no limit; negative:
+        its run() timeout again, from now). Returns the limit in force."""
+        if self.running is None:
+            raise RuntimeError("a hang timeout for a worker that runs nothing")
+        if seconds is not None and seconds < 0:
+            seconds = self.held[self.running].timeout
+        self.deadline = now + seconds if seconds else None
+        return seconds
+
+    def due(self, now: float) -> Due | None:
+        """What the pool must do now; `Due.KILL` is said once."""
+        if self.kill_at is not None and now >= self.kill_at:
+            self.kill_at = None
+            return Due.KILL
+        if self.state is WorkerState.READY and self.deadline is not None and now >= self.deadline:
+            return Due.TIME_OUT
+        return None
+
+    def time_out(self, now: float, dump_delay: float = 0.0) -> str:
+        """The mini-batch it runs passed its deadline: the worker is given up as timed out and is to be
+        killed `DUMP_GRACE_S` after its stack dump is due (`dump_delay` from now). Returns the loss text."""
+        if self.running is None:
+            raise RuntimeError("a time-out for a worker that runs nothing")
+        held = self.held[self.running]
+        self.give_up(LossReason.TIMED_OUT, timed_out_detail(held.timeout or 0.0, held.index))
+        self.kill_at = now + dump_delay + DUMP_GRACE_S
+        return self.loss_detail
+
+    def over_memory(self, rss: int, limit: int) -> None:
+        """It used `rss` bytes, above `limit`: given up as out of memory (the pool kills it at once)."""
+        self.give_up(LossReason.OUT_OF_MEMORY, out_of_memory_detail(rss, limit))
+
+    def give_up(self, reason: LossReason, detail: str) -> None:
+        """The pool ends the worker for `reason`: its results are no longer taken."""
+        self.state, self.deadline = WorkerState.STOPPING, None
+        self.loss, self.loss_detail = reason, detail
+
+    def blame(self) -> int | None:
+        """The mini-batch a loss of the worker is blamed on: the one it ran (None when it ran none).
+        Those it held behind it are not reported; the driver gives them to other workers unstarted."""
+        return self.running if self.running in self.held else None
+
+    def wakeups(self) -> tuple[float | None, float | None]:
+        """When this worker next needs a look: its deadline, its kill."""
+        return self.deadline, self.kill_at
+
+
+def next_wakeup(now: float, times: Iterable[float | None]) -> float:
+    """The earliest of `times` (deadlines, kill times, checks), or a distant one when none is set."""
+    return min((t for t in times if t is not None), default=now + _IDLE_WAKEUP_S)
+
+
+# The texts of losses, the same on every pool -------------------------------------------------
+
+
+def timed_out_detail(limit: float, mini_batch: int) -> str:
+    return f"run() exceeded {limit:g} s {mini_batch_tag(mini_batch)}"
+
+
+def out_of_memory_detail(rss: int, limit: int) -> str:
+    return f"OutOfMemory: worker used {rss / 2**20:.0f} MB, above worker_memory_limit {limit / 2**20:.0f} MB"
+
+
+def shutdown_cut_off_detail(timeout: float) -> str:
+    return f"shutdown() did not finish within {timeout:g} s; the worker is killed"
+
+
+def died_in_init_detail(cause: str) -> str:
+    """A worker that ended before init() returned: `cause` is its exit code or Ray's reason."""
+    return f"worker died during init(): {cause}"
+
+
+def exit_name(code: int | None) -> str:
+    """An exit code as people read it: `exit code 1`, or the signal, e.g. `SIGKILL(-9)`."""
+    if code is None:
+        return "an unknown exit code"
+    if code < 0:
+        try:
+            return f"{signal.Signals(-code).name}({code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
