@@ -1,5 +1,5 @@
-"""A Ray cluster started the way a user starts one, `ray start --head`, with its dashboard (the Jobs API)
-on loopback; shared by the suites that submit runs as Ray jobs (tests/ray, tests/airflow, tests/prefect).
+"""A Ray cluster started the way a user starts one, `<venv>/bin/ray start --head` (the virtualenv not activated),
+with its dashboard (the Jobs API) on loopback; shared by the suites that submit runs as Ray jobs (tests/ray, tests/airflow, tests/prefect).
 
 Token authentication: `ray start` turns it on by itself when it finds a token (RAY_AUTH_TOKEN or
 ~/.ray/auth_token), a client only when RAY_AUTH_MODE says so, so the mode is decided once here
@@ -44,17 +44,21 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def ray_head(num_cpus: int = 2) -> Iterator[dict]:
-    """`{"address": GCS host:port, "dashboard": http URL, "env": what clients need}` of a running cluster."""
+def ray_head(num_cpus: int = 2, token: str | None = None) -> Iterator[dict]:
+    """`{"address": GCS host:port, "dashboard": http URL, "env": what clients need}` of a running cluster;
+    with `token`, a cluster that takes that token only (clients get it from elsewhere: `env` has the mode)."""
     temp_dir = tempfile.mkdtemp(prefix="psjob")  # short: Ray's socket paths must fit in 107 characters
     port, dashboard = free_port(), free_port()
-    client_env = {"RAY_AUTH_MODE": auth_mode()}
+    client_env = {"RAY_AUTH_MODE": "token" if token else auth_mode()}
     env = {
         **os.environ,
         **client_env,
+        **({"RAY_AUTH_TOKEN": token} if token else {}),
         "RAY_ADDRESS": "",
         "RAY_JOB_STOP_WAIT_TIME_S": STOP_WAIT_S,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the job's `python` is this environment's
+        # Started as `/opt/ray/bin/ray start --head` is, from a shell where the virtualenv is not activated: the
+        # cluster's Python is not on PATH (a job's bare `python` would be another one, or none).
+        "PATH": os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != BIN),
     }
     started = subprocess.run(
         [
@@ -90,10 +94,10 @@ def ray_head(num_cpus: int = 2) -> Iterator[dict]:
 
 
 @contextlib.contextmanager
-def ray_head_as_client(extra_env: dict[str, str] | None = None) -> Iterator[dict]:
+def ray_head_as_client(extra_env: dict[str, str] | None = None, token: str | None = None) -> Iterator[dict]:
     """`ray_head()`, with this process (and what it starts) set up as a client of it: the cluster's
     environment (token, auth mode) and `extra_env` set, RAY_ADDRESS unset (runs name the address)."""
-    with pytest.MonkeyPatch.context() as patch, ray_head() as head:
+    with pytest.MonkeyPatch.context() as patch, ray_head(token=token) as head:
         for name, value in {**head["env"], **(extra_env or {})}.items():
             patch.setenv(name, value)
         patch.delenv("RAY_ADDRESS", raising=False)

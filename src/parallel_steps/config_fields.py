@@ -242,6 +242,12 @@ class FaultFields(BaseModel):
         description="Write logs/report.html at the end of the run: timeline per worker, throughput, errors, resources.",
         json_schema_extra=TRIGGER,
     )
+    upload_report: bool = Field(
+        True,
+        description="When output is a URL, upload the report beside the output file (<output>/report.html) once the "
+        "run succeeded, so it outlives the machine that ran the step.",
+        json_schema_extra=TRIGGER,
+    )
 
 
 class ExecutionFields(BaseModel):
@@ -260,6 +266,12 @@ class ExecutionFields(BaseModel):
         "local",
         description="Where the driver runs: local: in the calling process; ray_job: on the Ray cluster as a Ray job "
         "(needs backend ray; the run root on storage the cluster and the caller share).",
+    )
+    ray_job_python: str | None = Field(
+        None,
+        description="With submit_to: ray_job, the Python on the cluster that runs the driver, e.g. /opt/ray/bin/python "
+        "(it needs parallel-steps' dependencies); default the Python of the cluster's Ray, found on the node the job "
+        "starts on.",
     )
 
 

@@ -28,6 +28,7 @@ from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import iter_files
 from .inputs.storage import is_url, upload
+from .report.publish import upload_report
 from .store.ledger import Ledger
 from .store.logs import timestamp
 from .store.output import link_or_copy
@@ -215,6 +216,10 @@ def restore_whole_step(
         ended_at=timestamp(),
         elapsed_s=round(time.time() - started_at, 3),
         config=public_config(config),
+        # the earlier run's page, uploaded beside this run's output
+        report_url=upload_report(summary.get("report"), run.output_url, config.append_row_file_name)
+        if run.output_url and config.upload_report
+        else None,
     )
     return restored
 

@@ -32,7 +32,7 @@ from .masking import mask_urls
 from .plan import RunPlan, planner_for
 from .platform import require_linux
 from .pool.base import WorkerPool
-from .report import write_run_report
+from .report import upload_report, write_run_report
 from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
 from .run_workers import RunWorkers
 from .store.logs import timestamp
@@ -115,6 +115,8 @@ class _StepRun:
         self.restarts: list[dict[str, str]] = []
         self.shutdown_cut_off: list[str] = []
         self.output_file: str | None = None
+        self.rows_written = 0
+        self.output_bytes: int | None = None
 
     # The phases ----------------------------------------------------------------------------
 
@@ -264,6 +266,7 @@ class _StepRun:
         if config.output_action == "append_row":
             target = run.output_dir / config.append_row_file_name
             assemble(run.ledger.parts(), target, spool_format(config.output_format, config.append_row_dataframe_header))
+            self.rows_written, self.output_bytes = run.ledger.rows_written(), target.stat().st_size
             self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
             self.log.info("output assembled: %s", target)
         if run.output_url:  # the output file last: once it is there, so is everything the script wrote
@@ -304,6 +307,9 @@ class _StepRun:
                 output=mask_urls(run.output_url or str(run.output_dir)),
                 output_file=mask_urls(self.output_file) if status == RunStatus.SUCCEEDED and self.output_file else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
+                rows_written=self.rows_written if status == RunStatus.SUCCEEDED else 0,
+                output_bytes=self.output_bytes if status == RunStatus.SUCCEEDED else None,
+                report_url=None,
                 metrics_logged=run.logs.count_metrics(),
                 shutdown_cut_off=self.shutdown_cut_off,
                 restarts=self.restarts,
@@ -321,6 +327,10 @@ class _StepRun:
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
         summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
+        if summary.status == RunStatus.SUCCEEDED and run.output_url and self.config.upload_report:
+            summary["report_url"] = upload_report(
+                summary["report"], run.output_url, self.config.append_row_file_name, self.log
+            )
         write_summary(run.path, summary)
         logs.write_result(summary)
         if not logs.error_summary.exists():

@@ -98,8 +98,11 @@ class RunSummary(dict[str, Any]):
     workers_started = _Key[int]()
     shutdown_cut_off = _Key[list[str]]()  # workers whose shutdown() was killed after the bound
     append_row_format = _Key[str | None]()  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
+    rows_written = _Key[int]()  # rows (elements run() returned) in the output file; 0 before it is assembled
+    output_bytes = _Key[int | None]()  # size of the output file; None when there is none
     metrics_logged = _Key[int]()  # Run.get_context().log... calls of the entry scripts (logs/user/metrics/)
     report = _Key[str | None]()  # logs/report.html, the run's page (None with report: false)
+    report_url = _Key[str | None]()  # the page uploaded beside an output URL (upload_report); None otherwise
     started_at = _Key[str]()
     ended_at = _Key[str | None]()
     elapsed_s = _Key[float]()

@@ -1,5 +1,6 @@
 """Fixtures of the Airflow suite: a real Airflow 3 home (SQLite, migrated once), `airflow dags test`
-runs of the example DAGs, and operator contexts for in-process tests.
+runs of the example DAGs, operator contexts for in-process tests, and one running Airflow (scheduler,
+dag-processor, api-server: deployment.py) for the tests that need the real thing.
 
 Airflow reads its configuration when it is first imported, so the environment is set here,
 at import time, before any test module imports Airflow.
@@ -67,6 +68,15 @@ def airflow_db() -> Path:
         result = airflow_cli(*command)
         assert result.returncode == 0, f"airflow {' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
     return _HOME / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_deployment(tmp_path_factory):
+    """The suite's one running Airflow (deployment.py), started when a test first needs it."""
+    from deployment import running_airflow
+
+    with running_airflow(tmp_path_factory.mktemp("airflow-deployment")) as deployment:
+        yield deployment
 
 
 @dataclass

@@ -1,30 +1,36 @@
-"""Deferrable parallel-run tasks whose driver is a Ray job on a cluster started with `ray start --head`:
-`airflow dags test` submits the job, defers to the trigger, resumes with the summary; an Airflow process
-killed mid-run and run again attaches to the same job."""
+"""Deferrable parallel-run tasks whose driver is a Ray job on a token-protected cluster started with
+`ray start --head`: `airflow dags test` submits the job, defers to the trigger, resumes with the summary;
+an Airflow process killed mid-run and run again attaches to the same job; a DAG that names the cluster by
+a `ray_cluster` connection (`ray_conn_id`) runs with the connection's token, which shows up nowhere."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ray_head import jobs_client, ray_head_as_client
 
 AIRFLOW = Path(sys.executable).with_name("airflow")
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
+TOKEN = secrets.token_hex(16)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """The cluster, and what every `airflow` process needs to use it (the Variable `ray_address`)."""
-    with ray_head_as_client() as head, pytest.MonkeyPatch.context() as patch:
+    """The cluster, taking TOKEN only, and what every `airflow` process needs to use it: the Variable
+    `ray_address`, and the token in the environment (RAY_AUTH_TOKEN)."""
+    with ray_head_as_client({"RAY_AUTH_TOKEN": TOKEN}, token=TOKEN) as head, pytest.MonkeyPatch.context() as patch:
         patch.setenv("AIRFLOW_VAR_RAY_ADDRESS", head["address"])
         yield head
 
@@ -96,3 +102,39 @@ def test_a_killed_airflow_process_run_again_reattaches_to_the_running_job(run_ta
     assert job_file.parent == run_dir  # the run directory of the killed task
     assert ray_jobs(cluster, run_dir) == [summary["ray_job"]]  # one job: the one submitted before the kill
     assert (run_dir / "logs" / "sys" / "master_role.txt").read_text().count("of step score in") == 1  # one driver
+
+
+def test_a_dag_naming_its_cluster_by_a_connection_runs_with_its_token_which_shows_nowhere(
+    run_dag, cluster, airflow_db, monkeypatch, tmp_path
+):
+    jobs_api = cluster["dashboard"]
+    assert httpx.get(f"{jobs_api}/api/jobs/").status_code in (401, 403)  # the cluster takes the token only
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):  # nothing of the cluster in the environment: the connection
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token-file"))
+    port = int(jobs_api.rsplit(":", 1)[1])
+    connection = dict(conn_type="ray_cluster", host="127.0.0.1", port=port, schema="http", password=TOKEN)
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_TEST", json.dumps(connection))
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(4):
+        (data / f"f{i}.txt").write_text(str(i))
+
+    run = run_dag("parallel_run_ray_conn", {"data": str(data)})
+
+    assert run.returncode == 0, run.log[-5000:]
+    assert "[DAG TEST] running trigger in line" in run.log  # the trigger, too, used the connection
+    summary = run.xcom("score")
+    assert (summary["status"], summary["items_succeeded"]) == ("Succeeded", 4)
+    assert json.loads((Path(summary["run_dir"]) / "ray_job.json").read_text())["address"] == jobs_api
+    assert Path(summary["output_file"]).read_text().splitlines() == [f"f{i}.txt" for i in range(4)]
+    with sqlite3.connect(airflow_db) as db:
+        rendered = db.execute(
+            "SELECT rendered_fields FROM rendered_task_instance_fields WHERE dag_id = ?", ("parallel_run_ray_conn",)
+        ).fetchall()
+    assert rendered
+    logs = [p.read_text(errors="replace") for p in (airflow_db.parent / "logs").rglob("*") if p.is_file()]
+    files = [p.read_text(errors="replace") for p in Path(summary["run_dir"]).rglob("*") if p.is_file()]
+    for where, text in [("the console", run.log), ("XCom", str(run.xcoms)), ("rendered fields", str(rendered))]:
+        assert TOKEN not in text, f"the token is in {where}"
+    assert not [text for text in logs + files if TOKEN in text], "the token is in a task log or the run directory"

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from prefect_helpers import artifacts, flow_run_id, summary_table, task_states
+from prefect.client.orchestration import get_client
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+from prefect_helpers import artifacts, flow_run_id, summary_table, task_states, wait_for
 
 from parallel_steps.prefect import ParallelRunFailed
 
@@ -105,3 +107,27 @@ def test_the_daily_flow_runs_only_the_new_days_files(example_flows, tmp_path):
     assert (day2["inputs_new"], day2["inputs_changed"], day2["inputs_deleted"]) == (25, 0, 0)
     rows = Path(day2["output_file"]).read_text().splitlines()
     assert len({row.split(":")[0] for row in rows}) == len(rows) == 50
+
+
+def test_the_assets_flows_the_second_totals_what_the_first_materialized(example_flows, tmp_path):
+    import assets_flow
+
+    output = tmp_path / "word-counts"
+    counted = assets_flow.count_words(documents=str(tmp_path / "documents"), output=str(output))
+    assert (counted["status"], counted["rows_written"]) == ("Succeeded", 40)
+
+    def materialized() -> bool:
+        with get_client(sync_client=True) as client:
+            return bool(
+                client.read_events(
+                    filter=EventFilter(
+                        event=EventNameFilter(name=[assets_flow.MATERIALIZED]),
+                        resource=EventResourceFilter(id=[output.as_uri()]),
+                    ),
+                    limit=1,
+                ).events
+            )
+
+    wait_for(materialized, 60, "the materialization event")
+    totals = assets_flow.word_totals(asset=output.as_uri())
+    assert totals == {"run_id": counted["run_id"], "documents": 40, "words": sum(range(1, 41))}

@@ -1,5 +1,6 @@
-"""`parallel_run(..., submit_to="ray_job")`: the step's driver runs on a Ray cluster (started with
-`ray start --head`) as a Ray job, which the task follows; a cancelled flow run stops the job.
+"""`parallel_run(..., submit_to="ray_job")`: the step's driver runs on a token-protected Ray cluster (started
+with `ray start --head`) as a Ray job, which the task follows; a cancelled flow run stops the job; a
+`RayCluster` block gives the cluster's address and token, which shows up nowhere.
 
 The entry script holds every run() at a gate (a file the test creates), so the job is provably
 running while the test cancels the flow run.
@@ -9,23 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import threading
 from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId
 from prefect.context import FlowRunContext
 from prefect.states import Cancelling
 from prefect_helpers import artifacts, flow_run_id, summary_table, task_states, wait_for
 
-from parallel_steps.prefect import parallel_run, parallel_run_async
+from parallel_steps.prefect import RayCluster, parallel_run, parallel_run_async
 from prefect import flow
 from ray_head import GATED_NAMES, jobs_client, ray_head_as_client, write_gated_step
+
+TOKEN = secrets.token_hex(16)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with ray_head_as_client() as head:
+    """The cluster, taking TOKEN only; the tests' processes have it in RAY_AUTH_TOKEN."""
+    with ray_head_as_client({"RAY_AUTH_TOKEN": TOKEN}, token=TOKEN) as head:
         yield head
 
 
@@ -118,3 +124,40 @@ def test_cancelling_the_flow_run_stops_the_ray_job(fields, cluster, tmp_path):
     ray_job = json.loads((run_dir / "ray_job.json").read_text())["submission_id"]
     assert job_status(cluster, ray_job) == "STOPPED"
     assert task_states(ids["flow_run"]) == {"gated": "Cancelled"}
+
+
+def test_a_ray_cluster_block_gives_the_cluster_and_its_token_which_shows_nowhere(
+    fields, cluster, tmp_path, monkeypatch
+):
+    (tmp_path / "gate").touch()
+    RayCluster(address=cluster["dashboard"], token=TOKEN).save("test-cluster", overwrite=True)
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):  # nothing of the cluster in the environment: the block
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token-file"))
+    step = {name: value for name, value in fields.items() if name != "ray_address"}
+
+    @flow
+    def score(cluster_name: str):
+        return parallel_run(**step, ray_cluster=cluster_name)
+
+    state = score("test-cluster", return_state=True)
+    summary = state.result()
+    assert (summary["status"], summary["items_succeeded"]) == ("Succeeded", 6)
+    assert json.loads((Path(summary["run_dir"]) / "ray_job.json").read_text())["address"] == cluster["dashboard"]
+    for name, value in cluster["env"].items() | {("RAY_AUTH_TOKEN", TOKEN)}:  # for the test's own look at the job
+        monkeypatch.setenv(name, value)
+    assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
+    run = flow_run_id(state)
+
+    def all_logs() -> list | None:  # the flow run's logs, once its last line has reached the server
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run])))
+        return logs if any("Finished in state" in log.message and not log.task_run_id for log in logs) else None
+
+    logs = wait_for(all_logs, 60, "the flow run's logs")
+    with get_client(sync_client=True) as client:
+        shown = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run])))
+    assert shown
+    texts = [log.message for log in logs] + [str(artifact.data) for artifact in shown] + [json.dumps(summary)]
+    texts += [p.read_text(errors="replace") for p in Path(summary["run_dir"]).rglob("*") if p.is_file()]
+    assert not [text for text in texts if TOKEN in text], "the token is in a log, an artifact or the run directory"

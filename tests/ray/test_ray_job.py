@@ -1,6 +1,7 @@
 """`submit_to: ray_job`: the driver runs on a Ray cluster (started with `ray start --head`) as a Ray job,
 followed and canceled from another shell with the CLI, and through the Python handle; a second submit of
-the same run attaches to its running job.
+the same run attaches to its running job. The cluster runs from a virtualenv that is not activated, so the
+job finds its Python itself; one without the dependencies fails the run in one line.
 
 The entry script holds every run() at a gate (a file the test creates), so a run is provably still
 running while the test looks at it from outside.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -165,3 +167,30 @@ def test_submitting_a_running_run_again_attaches_to_its_job(cluster, step, tmp_p
     assert output(summary) == [f"{name} {SECRET}" for name in GATED_NAMES]
     assert summary["attempts_retried"] == 0
     assert again.logs().count("of step gated in") == 1  # one driver
+
+
+def test_a_cluster_python_without_the_dependencies_fails_the_run_in_one_line(cluster, tmp_path):
+    bare = tmp_path / "bare"  # a Python the cluster could run, without parallel-steps' dependencies
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    write_gated_step(tmp_path)
+    (tmp_path / "gate").touch()
+    config = ParallelRunConfig(
+        name="bare",
+        entry_script=str(tmp_path / "code" / "score.py"),
+        inputs=[str(tmp_path / "data")],
+        environment_variables=dict(GATE=str(tmp_path / "gate"), STARTED=str(tmp_path / "started")),
+        run_root=str(tmp_path / "runs"),
+        backend="ray",
+        submit_to="ray_job",
+        ray_address=cluster["dashboard"],
+        ray_job_python=python,
+    )
+    summary = submit(config).wait(timeout=300)
+
+    assert summary["status"] == "Failed"
+    reason = summary["status_reason"]
+    assert "\n" not in reason
+    assert f"ray_job_python: {python} (ray_job_python) cannot import ray, pydantic, pyarrow" in reason
+    assert f"{python} -m pip install 'parallel-steps[ray]==" in reason
+    assert not list((tmp_path / "started").iterdir())  # no worker ever ran

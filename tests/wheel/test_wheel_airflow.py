@@ -1,5 +1,6 @@
-"""The installed wheel, Airflow environment: Airflow finds the provider through its entry point, and a DAG
-with `ParallelRunOperator` and `@task.parallel_run` runs under `airflow dags test` (a migrated SQLite home)."""
+"""The installed wheel, Airflow environment: Airflow finds the provider, its connection type and its plugin
+through their entry points, and a DAG with `ParallelRunOperator` and `@task.parallel_run` runs under
+`airflow dags test` (a migrated SQLite home)."""
 
 import json
 import os
@@ -71,6 +72,17 @@ def test_airflow_finds_the_provider_through_its_entry_point(airflow_home):
     listed = json.loads(airflow(airflow_home, "providers", "list", "--output", "json").stdout)
     versions = {provider["package_name"]: provider["version"] for provider in listed}
     assert versions.get("parallel-steps") == parallel_steps.__version__, versions
+
+
+def test_airflow_loads_the_report_plugin_and_the_ray_connection_type_through_their_entry_points(airflow_home):
+    env = {**airflow_home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    plugins = json.loads(airflow(env, "plugins", "--output", "json").stdout)
+    (plugin,) = [plugin for plugin in plugins if plugin["name"] == "parallel_steps"]
+    assert plugin["source"].startswith(f"parallel-steps=={parallel_steps.__version__}: EntryPoint(")
+    assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == ["/parallel-steps"]
+    hooks = json.loads(airflow(env, "providers", "hooks", "--output", "json").stdout)
+    (ray,) = [hook for hook in hooks if hook["connection_type"] == "ray_cluster"]
+    assert (ray["class"], ray["package_name"]) == ("parallel_steps.airflow.hooks.RayClusterHook", "parallel-steps")
 
 
 def test_a_dag_with_the_operator_and_the_decorator_runs(airflow_home, tmp_path):

@@ -1,5 +1,5 @@
-"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run`, `dag_from_azure_pipeline` and the
-provider registration.
+"""The Airflow 3 provider: `ParallelRunOperator`, `@task.parallel_run`, `dag_from_azure_pipeline`, the
+`ray_cluster` connection (`RayClusterHook`), the "Run report" link and its plugin, and the provider registration.
 
 `get_provider_info()` is loaded by Airflow's providers manager while Airflow itself is
 starting, so this module imports nothing from Airflow; the operator and the decorator load
@@ -15,15 +15,17 @@ from .. import __version__
 
 _EXPORTS = {
     "ParallelRunOperator": "parallel_steps.airflow.operators",
+    "RayClusterHook": "parallel_steps.airflow.hooks",
     "parallel_run_task": "parallel_steps.airflow.decorators",
     "dag_from_azure_pipeline": "parallel_steps.airflow.azure_pipeline",
 }
 
-__all__ = ["ParallelRunOperator", "dag_from_azure_pipeline", "get_provider_info", "parallel_run_task"]
+__all__ = ["ParallelRunOperator", "RayClusterHook", "dag_from_azure_pipeline", "get_provider_info", "parallel_run_task"]
 
 if TYPE_CHECKING:
     from .azure_pipeline import dag_from_azure_pipeline
     from .decorators import parallel_run_task
+    from .hooks import RayClusterHook
     from .operators import ParallelRunOperator
 
 
@@ -46,6 +48,16 @@ def get_provider_info() -> dict[str, Any]:
         "task-decorators": [
             {"name": "parallel_run", "class-name": "parallel_steps.airflow.decorators.parallel_run_task"}
         ],
+        "hooks": [{"integration-name": "parallel-steps", "python-modules": ["parallel_steps.airflow.hooks"]}],
+        "connection-types": [
+            {
+                "connection-type": "ray_cluster",
+                "hook-class-name": "parallel_steps.airflow.hooks.RayClusterHook",
+                "hook-name": "Ray cluster (parallel-steps)",
+            }
+        ],
+        "extra-links": ["parallel_steps.airflow.links.RunReportLink"],
+        "plugins": [{"name": "parallel_steps", "plugin-class": "parallel_steps.airflow.plugin.ParallelStepsPlugin"}],
     }
 
 

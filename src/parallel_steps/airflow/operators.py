@@ -32,6 +32,9 @@ from ..platform import require_linux
 from ..report import key_figures
 from ..run_state import run_status
 from ..step_config import layered_config
+from . import assets
+from .hooks import RayClusterHook
+from .links import RunReportLink
 from .storage import is_storage_path, with_connections
 from .task_log import TaskLog
 from .triggers import ParallelRunTrigger
@@ -62,7 +65,7 @@ def _with_field_keywords(init: Callable[..., None]) -> Callable[..., None]:
     return init
 
 
-class ParallelRunOperator(BaseOperator):
+class ParallelRunOperator(assets.StepLineage, BaseOperator):
     """Run a parallel step (Azure ML ParallelRunStep) as one Airflow task.
 
     Every `ParallelRunConfig` field is a keyword argument and a template field (listed
@@ -85,10 +88,14 @@ class ParallelRunOperator(BaseOperator):
             "all" (every field; logged as a warning: whoever may trigger the DAG then chooses
             the code that runs), or False (none: use templates such as "{{ params.x }}"). A
             param whose value is None overrides nothing.
+        ray_conn_id: a ``ray_cluster`` connection naming the Ray cluster (address, token, TLS), instead of
+            ``ray_address`` and a token in the environment; the token is never rendered nor logged.
         deferrable: with ``submit_to="ray_job"``, hand the waiting to the triggerer
             (`ParallelRunTrigger`) so no worker slot is held while the job runs (default: the
             ``[operators] default_deferrable`` option). A local driver runs in the worker anyway.
-        **kwargs: config fields (below) and `BaseOperator` arguments.
+        **kwargs: config fields (below) and `BaseOperator` arguments. ``outlets`` defaults to the output as
+            an Asset (the output folder or URL, else the task's folder under the run root; ``[]``: none),
+            ``inlets`` to the inputs; the outlet's event extra holds the run's facts (see docs/airflow.md).
 
     Returns:
         The run summary (XCom ``return_value``): status, counts, run_dir, output_file, config.
@@ -110,6 +117,7 @@ class ParallelRunOperator(BaseOperator):
         attribute(f): "py" for f in ("inputs", "side_inputs", "arguments", "environment_variables")
     }
     ui_color = "#d6eaf8"
+    operator_extra_links = (RunReportLink(),)
     # Seconds between progress lines in the task log (the first and the last are always written).
     progress_log_interval: float = 10.0
 
@@ -119,10 +127,12 @@ class ParallelRunOperator(BaseOperator):
         *,
         parallel_run_config: ParallelRunConfig | None = None,
         params_override: Allowed = True,
+        ray_conn_id: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         fields = {f: kwargs.pop(f, None) for f in FIELDS}
+        outlets, inlets = kwargs.get("outlets"), kwargs.get("inlets")
         super().__init__(**kwargs)
         if parallel_run_config is not None and not isinstance(parallel_run_config, ParallelRunConfig):
             raise TypeError(
@@ -132,11 +142,12 @@ class ParallelRunOperator(BaseOperator):
         allowed_fields(params_override)  # unknown field names fail at parse time
         self.params_override = params_override
         self.deferrable = deferrable
+        self.ray_conn_id = ray_conn_id
         for field, value in fields.items():
             setattr(self, attribute(field), value)
         self._cancel: Cancel | None = None
         self._follower: Follower | None = None  # the run, when its driver is a Ray job this task follows
-        self._check_static()
+        assets.declare(self, self._check_static(), outlets, inlets)
 
     # Configuration ----------------------------------------------------------------------------
 
@@ -150,13 +161,23 @@ class ParallelRunOperator(BaseOperator):
         """`BaseOperator.partial`, with the static config values checked now (at parse time), as
         `__init__` checks them; the mapped values of `expand()` are checked when each task runs."""
         static = {f: v for f in FIELDS if (v := kwargs.get(f)) is not None and not _deferred(v)}
-        layered_config(kwargs.get("parallel_run_config"), static, name=_name_from(kwargs.get("task_id", "")))
+        config = layered_config(kwargs.get("parallel_run_config"), static, name=_name_from(kwargs.get("task_id", "")))
+        if kwargs.get("outlets") is None and "output" in static:  # expand() may map any other field
+            kwargs["outlets"] = assets.default_outlets(config, None, "")
         return super().partial(**kwargs)
 
-    def _check_static(self) -> None:
+    def _check_static(self) -> ParallelRunConfig:
         """Validate what is known at parse time; templates and XComArgs are checked in execute()."""
         static = {f: v for f, v in self.field_values().items() if not _deferred(v)}
-        layered_config(self.parallel_run_config, static, name=_name_from(self.task_id))
+        return layered_config(self.parallel_run_config, static, name=_name_from(self.task_id))
+
+    def is_templated(self, field: str) -> bool:
+        """Whether a config field set on this task is known only when it runs (a template, an XComArg)."""
+        return _deferred(getattr(self, attribute(field)))
+
+    def rendered_config(self) -> ParallelRunConfig:
+        """The task's fields (rendered once the task runs) on its base config, without DAG params."""
+        return layered_config(self.parallel_run_config, self.field_values(), name=_name_from(self.task_id))
 
     def build_config(self, context: Mapping[str, Any]) -> ParallelRunConfig:
         """The effective config: base config, then the (rendered) fields, then DAG params."""
@@ -188,6 +209,8 @@ class ParallelRunOperator(BaseOperator):
         with self._airflow_errors(context):
             require_linux()
             config = self.build_config(context)
+            if self.ray_conn_id:
+                config = RayClusterHook(self.ray_conn_id).use(config)
             for name, value in resolved_environment(config).items():
                 mask_secret(value, name)  # values from Variables/Connections stay masked in the task log too
             run_dir, run_id = run_location(config, context)
@@ -207,6 +230,8 @@ class ParallelRunOperator(BaseOperator):
         if event is None:
             return self.execute(context)
         with self._airflow_errors(context):
+            if self.ray_conn_id:
+                RayClusterHook(self.ray_conn_id).grant()  # the run's status may ask the cluster
             summary = finished(run_status(event["run_dir"]))
         return self._succeeded(summary, context)
 
@@ -226,6 +251,7 @@ class ParallelRunOperator(BaseOperator):
     def _succeeded(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
         """The task's result (XCom `return_value`) once the step succeeded, whichever way it ran."""
         self._log_result(summary)
+        self._record(summary, context)
         return dict(summary)
 
     def entry_callables(self) -> bytes | None:
@@ -261,7 +287,8 @@ class ParallelRunOperator(BaseOperator):
         self.log.info("%s; report: %s", key_figures(summary), summary.get("report") or "not written")
 
     def _failure(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> str:
-        """Log the job result and keep the summary in XCom; return the exception's message."""
+        """Log the job result and keep the summary in XCom (and for the lineage facets); return the exception's message."""
+        self._summary = dict(summary)
         job_result = summary.get("job_result") or str(Path(summary["run_dir"]) / "logs" / "job_result.txt")
         try:
             self.log.error("job result (%s):\n%s", job_result, Path(job_result).read_text())
@@ -334,5 +361,7 @@ class _OperatorHooks(TaskLog):
         operator._follower = follower
         operator.log.info("parallel step %s: %s", self.step, where)
         if operator.deferrable:
-            trigger = ParallelRunTrigger(follower.run, progress_log_interval=operator.progress_log_interval)
+            trigger = ParallelRunTrigger(
+                follower.run, progress_log_interval=operator.progress_log_interval, ray_conn_id=operator.ray_conn_id
+            )
             operator.defer(trigger=trigger, method_name="execute_complete")

@@ -17,9 +17,11 @@ from typing import Any
 import ray
 
 from ..errors import ConfigError
+from .ray_env import granted
 
 _CONNECT_S = 10.0  # how long a cluster address may refuse connections before the run gives up
 _PROBE_S = 1.0
+_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")  # what ray.init may change (the mode) or this sets
 
 
 class RayConnection:
@@ -30,13 +32,16 @@ class RayConnection:
         self.gpus = gpus
         self.owned = False  # this run connected (or started Ray), so it disconnects
         self.started_local = False  # no address: a local Ray only this run uses
-        self._saved_auth_mode: str | None = None
+        self._saved_env: dict[str, str | None] = {}
 
     def open(self) -> None:
         if ray.is_initialized():
             return
         quiet: dict[str, Any] = dict(logging_level=logging.WARNING, log_to_driver=False)
-        self._saved_auth_mode = os.environ.get("RAY_AUTH_MODE")
+        self._saved_env = {name: os.environ.get(name) for name in _AUTH_ENV}
+        access = granted(self.address)
+        if access and access.token:  # a token from a connection; Ray reads one from the environment only
+            os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=access.token)
         with _own_sigterm_handler():
             self._init(quiet)
         self.owned = True
@@ -61,10 +66,11 @@ class RayConnection:
     def close(self) -> None:
         if self.owned:
             ray.shutdown()
-            if self._saved_auth_mode is None:
-                os.environ.pop("RAY_AUTH_MODE", None)
-            else:
-                os.environ["RAY_AUTH_MODE"] = self._saved_auth_mode
+            for name, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
-"""Ray settings that must be in the environment before `import ray` (Ray reads them when it loads)."""
+"""Ray settings that must be in the environment before `import ray` (Ray reads them when it loads), and the
+credentials of clusters that an engine's connection names (an Airflow connection, a Prefect block)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The Ray node label `parallel-steps node` sets; the Ray pool numbers nodes carrying it by it.
@@ -23,12 +25,42 @@ def agree_on_token_auth() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
-def auth_headers() -> dict[str, str]:
-    """The Jobs API's Authorization header when RAY_AUTH_MODE=token, from the token Ray would read.
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How to reach one cluster address: its token, and the Jobs API's TLS check (False, or a CA bundle)."""
+
+    token: str | None = None
+    verify: bool | str = True
+
+
+#: Access granted in this process by address, so a token from a connection never has to be in the environment.
+_GRANTED: dict[str, ClusterAccess] = {}
+
+
+def grant(address: str, access: ClusterAccess) -> None:
+    """Use `access` for every Jobs API call and Ray connection to `address` made by this process."""
+    _GRANTED[address] = access
+
+
+def granted(address: str | None) -> ClusterAccess | None:
+    return _GRANTED.get(address) if address else None
+
+
+def tls_verify(address: str) -> bool | str:
+    access = granted(address)
+    return access.verify if access else True
+
+
+def auth_headers(address: str | None = None) -> dict[str, str]:
+    """The Jobs API's Authorization header: the token granted for `address`, else, when RAY_AUTH_MODE=token,
+    the token Ray would read.
 
     Ray reads the mode once per process, so a process that has run a local Ray (auth disabled)
     would send no token to a token-protected cluster afterwards; given explicitly, it always does.
     """
+    access = granted(address)
+    if access and access.token:
+        return {"Authorization": f"Bearer {access.token}"}
     if os.environ.get("RAY_AUTH_MODE") != "token":
         return {}
     token = os.environ.get("RAY_AUTH_TOKEN") or (_token_file().read_text() if _token_file().is_file() else "")

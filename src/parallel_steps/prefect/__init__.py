@@ -4,6 +4,7 @@ Install with `pip install "parallel-steps[prefect]"`. See docs/prefect.md.
 """
 
 from .azure_pipeline import flow_from_azure_pipeline
+from .blocks import RayCluster
 from .cache import STEP_REUSE, StepReuse
 from .parameters import step_config
 from .tasks import ParallelRunFailed, parallel_run, parallel_run_async
@@ -11,6 +12,7 @@ from .tasks import ParallelRunFailed, parallel_run, parallel_run_async
 __all__ = [
     "STEP_REUSE",
     "ParallelRunFailed",
+    "RayCluster",
     "StepReuse",
     "flow_from_azure_pipeline",
     "parallel_run",

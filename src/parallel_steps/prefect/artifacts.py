@@ -1,7 +1,7 @@
 """What a `parallel_run` task run shows in Prefect (the hooks of its run): progress log lines and a
 progress artifact (the core's text, `follow.progress_line`), tables of the run summary and of its
-failed mini-batches, and a markdown artifact with the key figures, the error groups and the path
-of the run's report page.
+failed mini-batches, a markdown artifact with the key figures, the error groups and the path
+of the run's report page, and a link artifact to that page.
 
 Artifact keys are the step name plus a suffix (step names are valid keys), so
 each step's artifacts keep one history across flow runs. Every artifact call passes `_sync=True`:
@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from prefect.artifacts import (
+    create_link_artifact,
     create_markdown_artifact,
     create_progress_artifact,
     create_table_artifact,
@@ -86,6 +88,14 @@ def publish_summary(summary: Mapping[str, Any]) -> None:
     create_markdown_artifact(
         report_markdown(summary), key=f"{name}-report", description=f"Step {name}: key figures and errors", _sync=True
     )
+    if page := summary.get("report_url") or (summary.get("report") and Path(summary["report"]).as_uri()):
+        create_link_artifact(
+            page,
+            link_text=f"Run report of step {name}",
+            key=f"{name}-report-link",
+            description=_where(summary),
+            _sync=True,
+        )
     failed = failed_mini_batches(summary["run_dir"])
     if failed:
         shown = failed[:FAILED_ROWS_SHOWN]
@@ -97,6 +107,12 @@ def publish_summary(summary: Mapping[str, Any]) -> None:
             f"tracebacks under {summary['run_dir']}/logs/user/error/",
             _sync=True,
         )
+
+
+def _where(summary: Mapping[str, Any]) -> str:
+    if summary.get("report_url"):
+        return "uploaded beside the output"
+    return "on the machine that ran the step (an output URL keeps a copy beside the output)"
 
 
 def failed_mini_batches(run_dir: str) -> list[dict[str, Any]]:

@@ -46,6 +46,8 @@ from ..platform import require_linux
 from ..shipping import EntryFunction, ship_functions
 from ..summary import RunSummary
 from .artifacts import Progress, publish_summary
+from .assets import record_materialization
+from .blocks import RayCluster, use_cluster
 from .cache import STEP_REUSE
 from .parameters import StepSpec, config_from_parameters, step_config
 
@@ -81,6 +83,7 @@ def parallel_run(
     run: EntryFunction | None = None,
     init: EntryFunction | None = None,
     shutdown: EntryFunction | None = None,
+    ray_cluster: RayCluster | str | None = None,
     **fields: Any,
 ) -> dict[str, Any] | State:
     """Run a parallel step (Azure ML ParallelRunStep) as a Prefect task and return its run summary.
@@ -97,12 +100,16 @@ def parallel_run(
         run, init, shutdown: functions to run instead of an `entry_script`: `run(mini_batch)`, and
             `init()` / `shutdown()` once per worker. Functions defined in the flow file travel to the
             workers by value. The step's own reuse covers them; the task run is not Cached by Prefect.
+        ray_cluster: the Ray cluster, as a `RayCluster` block or the name of a saved one (its address and
+            token), instead of `ray_address` and a token in the environment.
         **fields: config fields (`entry_script`, `inputs`, `mini_batch_size`, `process_count_per_node`,
             `error_threshold`, `backend`, ...) overriding `parallel_run_config`; `None` leaves a field as it is,
             so flow parameters with a `None` default override only when given.
 
     Returns:
         The run summary (`status`, `status_reason`, `reused`, `output_file`, `mini_batches_total`, ...).
+        On success the output folder is a Prefect asset this task run materialized (the run's facts as
+        its metadata), the inputs assets it read; a link artifact opens the run's report.
 
     Raises:
         ParallelRunFailed: the step ended Failed (a `StepFailed`; `.summary` is the run summary). A step
@@ -119,7 +126,7 @@ def parallel_run(
         ...     return parallel_run("step.yaml", mini_batch_size=mini_batch_size)
     """
     require_linux()
-    step = _TaskStep.begin(parallel_run_config, fields, run, init, shutdown)
+    step = _TaskStep.begin(parallel_run_config, fields, run, init, shutdown, ray_cluster)
     try:
         if step.launcher.elsewhere:
             summary = run_coro_as_sync(step.follow())
@@ -137,6 +144,7 @@ async def parallel_run_async(
     run: EntryFunction | None = None,
     init: EntryFunction | None = None,
     shutdown: EntryFunction | None = None,
+    ray_cluster: RayCluster | str | None = None,
     **fields: Any,
 ) -> dict[str, Any] | State:
     """`parallel_run` for async flows: `await parallel_run_async(...)`. With `submit_to="ray_job"` the
@@ -153,7 +161,7 @@ async def parallel_run_async(
     """
     require_linux()
     # What calls Prefect's API or reads the run's files runs in a worker thread, off the event loop.
-    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields, run, init, shutdown)
+    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields, run, init, shutdown, ray_cluster)
     try:
         if step.launcher.elsewhere:
             summary = await step.follow()
@@ -183,8 +191,11 @@ class _TaskStep:
         run: EntryFunction | None,
         init: EntryFunction | None,
         shutdown: EntryFunction | None,
+        ray_cluster: RayCluster | str | None = None,
     ) -> _TaskStep:
         config = step_config(parallel_run_config, **fields)
+        if ray_cluster is not None:
+            config = use_cluster(config, ray_cluster)
         entry_callables = ship_functions(run, init, shutdown)
         logger = get_run_logger()
         task_run = TaskRunContext.get().task_run
@@ -223,6 +234,7 @@ class _TaskStep:
         """The task run's result: the summary, published."""
         self.progress.finish(summary)
         publish_summary(summary)
+        record_materialization(self.launcher.config, summary, self.logger)
         self.logger.info(
             "step %s: %s%s: %s",
             self.name,

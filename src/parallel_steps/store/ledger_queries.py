@@ -58,6 +58,14 @@ class LedgerQueries:
         ):
             yield Part(*row)
 
+    def rows_written(self) -> int:
+        """Rows in the output: what run() returned for every succeeded mini-batch that has a slice."""
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(returned), 0) FROM mini_batches WHERE state='succeeded' AND part IS NOT NULL"
+        ).fetchone()
+        written: int = row[0]
+        return written
+
     def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
         """Succeeded results keyed by input fingerprint: what a later run may reuse (`reused_from`: the
         run that made a result this run took from it)."""

@@ -1,7 +1,7 @@
 """`submit_to: ray_job`: the run's driver runs on the Ray cluster as a Ray job (Ray's Jobs API).
 
     caller (CLI, Airflow worker or triggerer, Prefect)      Ray head node
-    launch.py: submit_or_attach -> run dir: step.json,      job <base>-<attempt>:
+    launch.py: submit_or_attach -> run dir: step.json,      job <base>-<attempt>: job_entry.py picks the Python,
                                    ray_job.json                 python -m parallel_steps.detached RUN_DIR RUN_ID
                                 -> Jobs API: submit_job         writes run.json, the ledger, logs, the output
     follow.py, run_state.py: status, logs -> the run directory  its workers: Ray actors across the cluster
@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -41,9 +40,10 @@ from ..environment import secret_fields
 from ..errors import ConfigError, ParallelStepsError
 from ..inputs.storage import is_url
 from ..pool.ray_connect import check_reachable
-from ..pool.ray_env import auth_headers
+from ..pool.ray_env import auth_headers, tls_verify
 from ..store.runs import RAY_JOB_FILE, read_summary, write_ray_job
 from ..summary import TERMINAL
+from .job_entry import entrypoint
 
 _ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # parallel_steps/, shipped to the job
@@ -76,7 +76,7 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
     write_ray_job(run_dir, address, job_id)
     try:
         client.submit_job(
-            entrypoint=" ".join(["python -m parallel_steps.detached", shlex.quote(str(run_dir)), shlex.quote(run_id)]),
+            entrypoint=entrypoint(str(run_dir), run_id, config.ray_job_python),
             submission_id=job_id,
             runtime_env=_runtime_env(config, run_dir, environment),
             metadata={"parallel_steps_step": config.name, "parallel_steps_run_dir": str(run_dir)},
@@ -193,7 +193,7 @@ def _client(address: str) -> JobSubmissionClient:
     if "://" not in address:
         check_reachable(address)  # Ray itself would retry a dead GCS address for minutes
     try:
-        return JobSubmissionClient(address, headers=auth_headers())
+        return JobSubmissionClient(address, headers=auth_headers(address), verify=tls_verify(address))
     except Exception as exc:  # ConnectionError, Ray's AuthenticationError, RuntimeError, ValueError
         raise ConfigError(
             "ray_address", f"cannot use the Ray Jobs API at {address}: {_last_line(str(exc), exc)}", _AUTH_HINT
