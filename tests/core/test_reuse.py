@@ -197,9 +197,14 @@ class TestResume:
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
 
     def test_rerun_in_the_same_run_dir_resumes(self, counting, monkeypatch):
-        monkeypatch.setenv("SLEEP", "0.1")
+        monkeypatch.setenv("SLEEP", "0.05")
         cancel = threading.Event()
-        threading.Timer(1.5, cancel.set).start()  # the run takes about 2.5 s once its workers are up
+
+        def cancel_mid_run() -> None:  # once ten mini-batches have started: the run is well under way
+            _wait_for(lambda: sum(calls(counting).values()) >= 10)
+            cancel.set()
+
+        threading.Thread(target=cancel_mid_run, daemon=True).start()
         with pytest.raises(StepFailed) as canceled:
             run_step(config(allow_reuse=False, mini_batch_size=1), run_dir="task-run", cancel=cancel)
         assert canceled.value.summary["status"] == "Canceled"
