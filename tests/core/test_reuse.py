@@ -219,14 +219,21 @@ class TestResume:
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
 
 
-@pytest.mark.parametrize("committed", [0, 1, 25, 49])
+@pytest.mark.parametrize("committed", [None, 0, 1, 25, 49], ids=["starting", "0", "1", "25", "49"])
 def test_driver_sigkilled_after_the_nth_committed_mini_batch(counting, tmp_path, committed):
     """Killed with `committed` mini-batches in the ledger and the next ones in run() on both workers (they
-    never finish): the rerun reuses exactly those, recomputes exactly the ones in flight, every row once."""
-    in_run = min(2, 50 - committed)
+    never finish), or while starting (as soon as its run folder exists): the rerun reuses exactly what was
+    committed and recomputes exactly what was in flight, every row once."""
     home = tmp_path / "home"
+    in_run = None if committed is None else min(2, 50 - committed)  # at most one per worker in any case
+
+    def ready() -> bool:
+        if committed is None:
+            return any(home.glob("parallel-run*"))
+        return len(calls(counting)) == committed + in_run and _committed(home) == committed
+
     # 10 ms each: not "quick" (whose results may wait for the next), so each result is sent as it is done.
-    env = {**os.environ, "PARALLEL_STEPS_HOME": str(home), "SLEEP": "0.01", "BLOCK_FROM": str(committed)}
+    env = {**os.environ, "PARALLEL_STEPS_HOME": str(home), "SLEEP": "0.01", "BLOCK_FROM": str(committed or 0)}
     command = [
         sys.executable,
         "-m",
@@ -245,25 +252,25 @@ def test_driver_sigkilled_after_the_nth_committed_mini_batch(counting, tmp_path,
         "--json",
     ]
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:  # every earlier mini-batch is committed, and the workers are in a run() that never ends
-        _wait_for(lambda: len(calls(counting)) == committed + in_run and _committed(home) == committed)
+    try:
+        _wait_for(ready)
         workers = psutil.Process(driver.pid).children(recursive=True)
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
     _wait_for(lambda: not any(_alive(worker) for worker in workers))  # their watchdogs end them
     in_flight = set(calls(counting)) - set(_committed_names(home))
-    assert len(in_flight) == in_run
-    assert _committed(home) == committed
+    assert len(in_flight) == in_run or (in_run is None and len(in_flight) <= 2)
+    assert _committed(home) == (committed or 0)
 
     rerun = subprocess.run(command, env={**env, "BLOCK_FROM": "-1"}, capture_output=True, text=True, timeout=120)
 
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout)
     assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
-    assert summary["mini_batches_reused"] == committed
+    assert summary["mini_batches_reused"] == (committed or 0)
     assert {name for name, count in calls(counting).items() if count > 1} == in_flight
-    assert sum(calls(counting).values()) == 50 + in_run  # each mini-batch once, those in flight twice
+    assert sum(calls(counting).values()) == 50 + len(in_flight)  # each mini-batch once, those in flight twice
 
 
 def _wait_for(condition, timeout: float = 60) -> None:
@@ -293,6 +300,8 @@ def _committed_names(home: Path) -> list[str]:
         return []
     db = sqlite3.connect(ledgers[0], timeout=10)  # the driver may be writing
     try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name='mini_batches'").fetchone():
+            return []  # killed before it made its tables
         return [
             Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")
         ]
