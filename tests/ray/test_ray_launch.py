@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -71,7 +68,7 @@ def _node(step: Path, port: int, index: int, nodes: int = 3) -> subprocess.Popen
         "--ray-start-args",
         ray_args,
     ]
-    env = environ(**_aws_batch(index, nodes, None if index == 0 else "127.0.0.1"), TEST_JOB=str(step.parent))
+    env = environ(**_aws_batch(index, nodes, None if index == 0 else "127.0.0.1"))
     return subprocess.Popen(
         command, cwd=step.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -91,45 +88,17 @@ def _finish(processes: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
     return results
 
 
-def _agents_left(job: Path, within_s: float = 30.0) -> set[int]:
-    """Ray's per-node agents (`ray::DashboardAgent`, `ray::RuntimeEnvAgent`) of this job's nodes still alive
-    `within_s` after the node commands ended (a bound, not a speed). Their command line names no port; their
-    environment, inherited from the node command, names the job (other clusters on this machine are not it)."""
+def _ray_agents() -> set[int]:
+    """Ray's per-node agents (`ray::DashboardAgent`, `ray::RuntimeEnvAgent`): their command line names no port."""
+    return {p.pid for p in psutil.process_iter(["cmdline"]) if "Agent" in " ".join(p.info["cmdline"] or [])[:40]}
+
+
+def _agents_left(before: set[int], within_s: float = 10.0) -> set[int]:
+    """Agents started since `before` still alive `within_s` after the node commands ended (a bound, not a speed)."""
     deadline = time.monotonic() + within_s
-    while (left := _agents_of(job)) and time.monotonic() < deadline:
+    while (left := _ray_agents() - before) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
-
-
-@contextlib.contextmanager
-def _agents_seen(job: Path) -> Iterator[set[int]]:
-    """The job's agents seen while the block runs (looked for every half second)."""
-    seen: set[int] = set()
-    done = threading.Event()
-
-    def look() -> None:
-        while not done.wait(0.5):
-            seen.update(_agents_of(job))
-
-    watcher = threading.Thread(target=look, daemon=True)
-    watcher.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        watcher.join()
-
-
-def _agents_of(job: Path) -> set[int]:
-    found = set()
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            agent = "Agent" in " ".join(process.info["cmdline"] or [])[:40]
-            if agent and process.environ().get("TEST_JOB") == str(job):
-                found.add(process.pid)
-        except psutil.Error:  # gone, or not ours to read
-            continue
-    return found
 
 
 def _ray_processes_of(port: int) -> list[str]:
@@ -162,13 +131,12 @@ def test_three_nodes_with_aws_batch_variables_form_one_job_whose_status_is_the_s
     names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(9)])
     step = _step(tmp_path, script, run_max_try="1", mini_batch_error_threshold="0")
     port = free_port()
+    agents = _ray_agents()
     main = _node(step, port, 0)
     children = [_node(step, port, index) for index in (1, 2)]
 
-    with _agents_seen(step.parent) as seen:
-        (main_code, main_out, main_err), *others = _finish([main, *children])
-    assert seen, "the job's agents, found by its TEST_JOB variable while it ran"
-    assert not _agents_left(step.parent)  # the node commands stop their Ray agents too
+    (main_code, main_out, main_err), *others = _finish([main, *children])
+    assert not _agents_left(agents)  # the node commands stop their Ray agents too
 
     assert main_code == expected, [main_err[-3000:]] + [err[-2000:] for _, _, err in others]
     assert [code for code, _, _ in others] == [0, 0], [err[-2000:] for _, _, err in others]
