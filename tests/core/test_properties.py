@@ -11,9 +11,12 @@ runs in its own folder, watched whole:
     <example>/tmp/           TMPDIR: only workers' marker files and side-input copies belong there
 
 `..` chains stop at <example>, so every path the config can name is watched. The examples are
-derandomized (the same ones in every run) and few, to keep the suite at about a minute.
+derandomized (the same ones in every run). Each command runs in a fresh process forked from one that
+imported the CLI once (see `FORK_SERVER`): a process of its own, as `python -m parallel_steps.cli` would
+be, without paying Python's start and the imports a hundred times.
 """
 
+import json
 import os
 import string
 import subprocess
@@ -30,7 +33,7 @@ from hypothesis import strategies as st
 
 from parallel_steps.config import ParallelRunConfig
 
-pytestmark = pytest.mark.slow  # about a minute: a hundred commands
+pytestmark = pytest.mark.slow  # a hundred and thirty commands
 
 FIELDS = list(ParallelRunConfig.model_fields)
 SCRIPT = "import os\n\ndef run(mini_batch):\n    return [os.path.basename(path) for path in mini_batch]\n"
@@ -135,6 +138,95 @@ def prepare(tmp_path: Path, step_file: str) -> Path:
     return sandbox
 
 
+# Reads one JSON request a line; answers each with the exit status of a fork of itself that left the loop to
+# run the command as `python -m parallel_steps.cli ARGS` would: its own working folder, environment, argv
+# and files for stdin/stdout/stderr; a traceback and exit 1 for an uncaught exception; at exit, the
+# threads joined and the atexit handlers run (the slow rest of an interpreter's shutdown is skipped).
+# SIGALRM ends a command that never does (a status of -14).
+FORK_SERVER = """
+import atexit, json, os, signal, sys, tempfile, threading
+import _strptime, jinja2, yaml  # what the commands import (a speed-up only: a child imports what is missing)
+import parallel_steps.azure.pipeline, parallel_steps.cli, parallel_steps.launch, parallel_steps.pool.local
+import parallel_steps.report.render, parallel_steps.step, parallel_steps.worker.runtime
+
+for line in sys.stdin:
+    request = json.loads(line)
+    child = os.fork()
+    if child == 0:
+        break
+    print(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
+else:
+    sys.exit(0)
+os.chdir(request["cwd"])
+os.environ.clear()
+os.environ.update(request["env"])
+tempfile.tempdir = None  # TMPDIR as this command's environment names it
+for fd, name in enumerate([os.devnull, request["stdout"], request["stderr"]]):
+    os.dup2(os.open(name, os.O_RDWR | os.O_CREAT | os.O_TRUNC), fd)
+sys.path[0] = request["cwd"]
+sys.argv = [parallel_steps.cli.__file__, *request["argv"]]
+signal.alarm(120)  # far beyond any of these runs: a run that never ends fails
+try:
+    code = parallel_steps.cli.main()
+except SystemExit as exc:
+    code = exc.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    code = code or 0
+except BaseException:
+    sys.excepthook(*sys.exc_info())
+    code = 1
+for thread in threading.enumerate():
+    if thread is not threading.main_thread() and not thread.daemon:
+        thread.join()
+atexit._run_exitfuncs()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)
+"""
+
+
+class Commands:
+    """The fork server of FORK_SERVER, started once for this module (the test functions, and so the examples
+    hypothesis derives from their source, stay those of one subprocess per command)."""
+
+    def __init__(self) -> None:
+        self.server: subprocess.Popen[str] | None = None
+        self.streams = Path()
+
+    def start(self, streams: Path) -> None:
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        self.streams = streams  # outside the watched examples
+        self.server = subprocess.Popen(
+            [sys.executable, "-c", FORK_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def run(self, cwd: Path, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+        """`parallel-steps ARGV` in `cwd` with `env` only, in a fresh process; its exit status, stdout, stderr."""
+        assert self.server is not None, "started by the module's fixture"
+        out = Path(tempfile.mkdtemp(dir=self.streams)) / "out"
+        request = {"cwd": str(cwd), "argv": argv, "env": env, "stdout": str(out), "stderr": str(out.with_name("err"))}
+        print(json.dumps(request), file=self.server.stdin, flush=True)
+        code = int(self.server.stdout.readline())
+        return subprocess.CompletedProcess(argv, code, out.read_text(), out.with_name("err").read_text())
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.server.stdin.close()
+        self.server.wait(timeout=30)
+
+
+COMMANDS = Commands()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands(tmp_path_factory):
+    COMMANDS.start(tmp_path_factory.mktemp("streams"))
+    yield
+    COMMANDS.stop()
+
+
 def run_cli(sandbox: Path, command: str, flags: list[tuple[str, str]]) -> subprocess.CompletedProcess:
     top = sandbox.parents[2]
     args, script_args = [], []
@@ -147,22 +239,7 @@ def run_cli(sandbox: Path, command: str, flags: list[tuple[str, str]]) -> subpro
         "TMPDIR": str(top / "tmp"),
         "PYTHONDONTWRITEBYTECODE": "1",  # Python's own caches beside the entry script are not the run's writes
     }
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "parallel_steps.cli",
-            command,
-            "step.yaml",
-            *args,
-            *(["--", *script_args] * bool(script_args)),
-        ],
-        cwd=sandbox,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,  # far beyond any of these runs: a run that never ends fails here
-    )
+    return COMMANDS.run(sandbox, [command, "step.yaml", *args, *(["--", *script_args] * bool(script_args))], env)
 
 
 def snapshot(top: Path) -> dict[Path, tuple]:

@@ -2,7 +2,6 @@
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from parallel_steps import ParallelRunConfig, StepFailed
@@ -21,11 +21,14 @@ COUNTING = """
 import os, sys, time
 from pathlib import Path
 SLEEP = float(os.environ.get("SLEEP", "0"))
+BLOCK_FROM = int(os.environ.get("BLOCK_FROM", "-1"))  # files fNNNN from this one on never finish
 def run(mini_batch):
     first = Path(mini_batch[0]).name
     with open(Path("calls") / first, "a") as calls:
         calls.write("x")
     time.sleep(SLEEP)
+    if 0 <= BLOCK_FROM <= int(first[1:5]):
+        time.sleep(600)  # until the driver is killed: the worker's watchdog then ends it
     tag = sys.argv[1] if len(sys.argv) > 1 else ""
     return [tag + Path(p).read_text().strip() for p in mini_batch]
 """
@@ -194,9 +197,14 @@ class TestResume:
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
 
     def test_rerun_in_the_same_run_dir_resumes(self, counting, monkeypatch):
-        monkeypatch.setenv("SLEEP", "0.1")
+        monkeypatch.setenv("SLEEP", "0.05")
         cancel = threading.Event()
-        threading.Timer(1.5, cancel.set).start()  # the run takes about 2.5 s once its workers are up
+
+        def cancel_mid_run() -> None:  # once ten mini-batches have started: the run is well under way
+            _wait_for(lambda: sum(calls(counting).values()) >= 10)
+            cancel.set()
+
+        threading.Thread(target=cancel_mid_run, daemon=True).start()
         with pytest.raises(StepFailed) as canceled:
             run_step(config(allow_reuse=False, mini_batch_size=1), run_dir="task-run", cancel=cancel)
         assert canceled.value.summary["status"] == "Canceled"
@@ -211,63 +219,89 @@ class TestResume:
         assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
 
 
-def test_driver_sigkilled_at_ten_random_points(counting, tmp_path):
-    """Each rerun completes with every row exactly once and recomputes only what was in flight."""
-    rng = random.Random(7)
-    partial_rounds = 0
-    for round_ in range(10):
-        home = tmp_path / f"home{round_}"
-        env = {**os.environ, "PARALLEL_STEPS_HOME": str(home), "SLEEP": "0.04"}
-        reset_calls(counting)
-        command = [
-            sys.executable,
-            "-m",
-            "parallel_steps.cli",
-            "run",
-            "--entry-script",
-            "score.py",
-            "--input",
-            "data",
-            "--mini-batch-size",
-            "1",
-            "--process-count-per-node",
-            "2",
-            "--output",
-            f"out{round_}",
-            "--json",
-        ]
-        driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 2.0))
+@pytest.mark.parametrize("committed", [None, 0, 1, 25, 49], ids=["starting", "0", "1", "25", "49"])
+def test_driver_sigkilled_after_the_nth_committed_mini_batch(counting, tmp_path, committed):
+    """Killed with `committed` mini-batches in the ledger and the next ones in run() on both workers (they
+    never finish), or while starting (as soon as its run folder exists): the rerun reuses exactly what was
+    committed and recomputes exactly what was in flight, every row once."""
+    home = tmp_path / "home"
+    in_run = None if committed is None else min(2, 50 - committed)  # at most one per worker in any case
+
+    def ready() -> bool:
+        if committed is None:
+            return any(home.glob("parallel-run*"))
+        return len(calls(counting)) == committed + in_run and _committed(home) == committed
+
+    # 10 ms each: not "quick" (whose results may wait for the next), so each result is sent as it is done.
+    env = {**os.environ, "PARALLEL_STEPS_HOME": str(home), "SLEEP": "0.01", "BLOCK_FROM": str(committed or 0)}
+    command = [
+        sys.executable,
+        "-m",
+        "parallel_steps.cli",
+        "run",
+        "--entry-script",
+        "score.py",
+        "--input",
+        "data",
+        "--mini-batch-size",
+        "1",
+        "--process-count-per-node",
+        "2",
+        "--output",
+        "out",
+        "--json",
+    ]
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(ready)
+        workers = psutil.Process(driver.pid).children(recursive=True)
+    finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-        time.sleep(1.0)  # the workers notice and exit; a late one may still finish its mini-batch
-        killed = [p for p in home.iterdir() if p.name.startswith("parallel-run")] if home.exists() else []
-        committed = _committed(killed[0]) if killed else 0
-        ran_before = calls(counting)
-        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-        assert rerun.returncode == 0, rerun.stderr
-        summary = json.loads(rerun.stdout)
-        assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)], f"round {round_}"
-        assert summary["mini_batches_reused"] == committed
-        recomputed = [name for name, count in calls(counting).items() if count > 1]
-        in_flight = set(ran_before) - set(_committed_names(killed[0])) if killed else set()
-        assert set(recomputed) <= in_flight, (round_, recomputed, in_flight)
-        assert len(in_flight) <= 2 * 8, "at most each worker's short queue"
-        partial_rounds += 0 < committed < 50
-    assert partial_rounds >= 3, "most kills should land mid-run"
+    _wait_for(lambda: not any(_alive(worker) for worker in workers))  # their watchdogs end them
+    in_flight = set(calls(counting)) - set(_committed_names(home))
+    assert len(in_flight) == in_run or (in_run is None and len(in_flight) <= 2)
+    assert _committed(home) == (committed or 0)
+
+    rerun = subprocess.run(command, env={**env, "BLOCK_FROM": "-1"}, capture_output=True, text=True, timeout=120)
+
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert sorted(output_lines(summary), key=int) == [str(i) for i in range(50)]
+    assert summary["mini_batches_reused"] == (committed or 0)
+    assert {name for name, count in calls(counting).items() if count > 1} == in_flight
+    assert sum(calls(counting).values()) == 50 + len(in_flight)  # each mini-batch once, those in flight twice
 
 
-def _committed(run_dir: Path) -> int:
-    return len(_committed_names(run_dir))
+def _wait_for(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the run never got there"
+        time.sleep(0.02)
 
 
-def _committed_names(run_dir: Path) -> list[str]:
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _committed(home: Path) -> int:
+    return len(_committed_names(home))
+
+
+def _committed_names(home: Path) -> list[str]:
+    """The mini-batches the ledger of the one run under `home` holds as succeeded (none before it exists)."""
     import sqlite3
 
-    if not (run_dir / "ledger.sqlite").exists():
+    ledgers = list(home.glob("parallel-run*/ledger.sqlite"))
+    if not ledgers:
         return []
-    db = sqlite3.connect(run_dir / "ledger.sqlite")
+    db = sqlite3.connect(ledgers[0], timeout=10)  # the driver may be writing
     try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name='mini_batches'").fetchone():
+            return []  # killed before it made its tables
         return [
             Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")
         ]
