@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from parallel_steps import ParallelRunConfig, StepFailed
+from parallel_steps.pool import local_watchdog
+from parallel_steps.pool.base import tree_rss
 from parallel_steps.step import run_step
 
 from .conftest import cli_json, output_lines
@@ -156,10 +158,23 @@ class TestMemory:
         assert attempts["outcome"].tolist() == ["out_of_memory", "succeeded"]
         assert re.match(r"OutOfMemory: worker used \d+ MB, above worker_memory_limit 200 MB", attempts["error"][0])
 
-    def test_sigkill_with_high_memory_is_reported_as_likely_out_of_memory(self, make_files, write_script):
+    def test_sigkill_with_high_memory_is_reported_as_likely_out_of_memory(
+        self, make_files, write_script, tmp_path, monkeypatch
+    ):
+        """The worker is killed once the pool has sampled its memory (a file says so), as the kernel would."""
+        sampled = tmp_path / "sampled"
+
+        def rss(pid):
+            value = tree_rss(pid)
+            if value > 1000 << 20:
+                sampled.touch()
+            return value
+
+        monkeypatch.setattr(local_watchdog, "tree_rss", rss)
         make_files(1)
         write_script(
-            "import os, signal, time\ndef run(mb):\n    data = b'x' * (1200 << 20)\n    time.sleep(4)\n"
+            "import os, signal, time\ndef run(mb):\n    data = b'x' * (1200 << 20)\n"
+            f"    while not os.path.exists({str(sampled)!r}):\n        time.sleep(0.05)\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n"
         )
         summary = run_step(config(run_max_try=1))

@@ -27,9 +27,9 @@ _MARKER_CHECK_S = 0.05  # how soon to look again for the start of a queued mini-
 class Watchdog:
     """Deadlines and `memory_limit` (bytes; None: none) over a pool's workers; `rss(pid)` measures one."""
 
-    def __init__(self, memory_limit: int | None, rss: Callable[[int], int] = tree_rss):
+    def __init__(self, memory_limit: int | None, rss: Callable[[int], int] | None = None):
         self.memory_limit = memory_limit
-        self._rss = rss
+        self._rss = rss or tree_rss
         self._next_memory_check = 0.0
 
     def next_wakeup(self, handles: Collection[WorkerProcess], now: float) -> float:
