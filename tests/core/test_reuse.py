@@ -262,17 +262,15 @@ def _committed(run_dir: Path) -> int:
 
 
 def _committed_names(run_dir: Path) -> list[str]:
-    import sqlite3
+    from parallel_steps.store.ledger import Ledger
 
-    if not (run_dir / "ledger.sqlite").exists():
+    ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
+    if ledger is None:
         return []
-    db = sqlite3.connect(run_dir / "ledger.sqlite")
     try:
-        return [
-            Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")
-        ]
+        return [Path(row["source"]).name for row in ledger.rows() if row["state"] == "succeeded"]
     finally:
-        db.close()
+        ledger.close()
 
 
 def test_an_earlier_ledger_of_another_layout_is_skipped_not_fatal(tmp_path, make_files, write_script):
