@@ -17,7 +17,7 @@ from .worker.hooks import register_worker_hook as _register_worker_hook
 
 _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
-    "ParallelRunStep": "parallel_steps.step",
+    "ParallelRunStep": "parallel_steps.parallel_run_step",
     "run_step": "parallel_steps.step",
     "load_job": "parallel_steps.config",
     "FileDataset": "parallel_steps.inputs.datasets",
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     from .config import ParallelRunConfig, load_job
     from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
     from .inputs.datasets import FileDataset, TabularDataset
-    from .step import ParallelRunStep, run_step
+    from .parallel_run_step import ParallelRunStep
+    from .step import run_step
     from .worker.entry_script import EntryScript
 
 

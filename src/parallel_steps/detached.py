@@ -1,9 +1,11 @@
-"""The background process of a submitted run: `python -m parallel_steps.detached RUN_DIR RUN_ID`.
+"""A driver in the background: what it is handed in its run directory, and its process,
+`python -m parallel_steps.detached RUN_DIR RUN_ID`.
 
-It runs the step saved in the run directory (`step.json`, secrets masked; their values come
-in this process's environment from `jobs.submit`, or from the Ray job's runtime environment)
-until it ends; SIGTERM cancels it (a second SIGTERM stops it at once). The same entry runs on
-this machine (`submit_to: local`) and on a Ray cluster as a Ray job (`ray_job`).
+The submitting side (`start`, `prepare`; called by `launch.py` and `submit/ray_job.py`) writes the
+step (secrets masked; their values travel in this process's environment, or in the Ray job's
+runtime environment), the entry functions if any, and a queued summary. The process runs that
+step until it ends; SIGTERM cancels it (a second SIGTERM stops it at once). The same entry runs
+on this machine (`submit_to: local`) and on a Ray cluster as a Ray job (`ray_job`).
 """
 
 from __future__ import annotations
@@ -12,15 +14,70 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 from .config import ParallelRunConfig
 from .control import Cancel
+from .environment import public_config, secret_fields
 from .errors import StepFailed
-from .jobs import ENVIRONMENT_VARIABLE, queued
 from .step import run_step
-from .store.runs import CALLABLES_FILE, STEP_FILE, cancel_requested, read_summary, write_summary
+from .store.runs import CALLABLES_FILE, STEP_FILE, RunIndex, cancel_requested, read_summary, write_summary
+from .summary import RunSummary
+
+#: The environment variable through which a detached run gets the fields step.json holds masked
+#: (`environment_variables`, `storage_options`, URLs with credentials), so no secret is written to the run directory.
+ENVIRONMENT_VARIABLE = "PARALLEL_STEPS_DETACHED_ENVIRONMENT"
+
+
+# The submitting side ------------------------------------------------------------------------
+
+
+def start(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> None:
+    """Start the driver as a process on this machine that outlives the caller (its output: driver.log)."""
+    prepare(config, run_dir, run_id, entry_callables)
+    env = {**os.environ, ENVIRONMENT_VARIABLE: json.dumps(secret_fields(config))}
+    with open(run_dir / "driver.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "parallel_steps.detached", str(run_dir), run_id],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    register(config, run_dir, run_id, pid=process.pid)
+
+
+def prepare(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> None:
+    """What a detached driver reads in its run directory: the step (secrets masked), the entry functions
+    (if any) and a queued summary."""
+    (run_dir / STEP_FILE).write_text(json.dumps(public_config(config)))
+    callables = run_dir / CALLABLES_FILE
+    if entry_callables is None:
+        callables.unlink(missing_ok=True)
+    else:
+        callables.write_bytes(entry_callables)
+    queued(run_dir, run_id, config.name, pid=None)
+
+
+def register(config: ParallelRunConfig, run_dir: Path, run_id: str, pid: int | None) -> None:
+    """List a submitted run in the run root's index (`runs`, and run ids for `status`)."""
+    index = RunIndex(config.resolved_run_root())
+    try:
+        index.register(run_id, config.name, run_dir, "Queued", pid=pid)
+    finally:
+        index.close()
+
+
+def queued(run_dir: Path, run_id: str, name: str, pid: int | None) -> None:
+    """The summary of a run that is submitted and not yet running."""
+    summary = RunSummary(run_id=run_id, name=name, status="Queued", status_reason="planning", run_dir=str(run_dir))
+    write_summary(run_dir, dict(summary, pid=pid, host=os.uname().nodename))
+
+
+# The process ---------------------------------------------------------------------------------
 
 
 def main(run_dir: str, run_id: str) -> int:

@@ -1,4 +1,5 @@
-"""The step API: `run_step(config)` and `ParallelRunStep`, the one entry every integration calls.
+"""The step API: `run_step(config)`, the one entry every integration's driver runs through (the
+front ends reach it through `launch.py`; `ParallelRunStep` is parallel_run_step.py).
 
 A run goes: check everything that can be checked (checks.py; nothing is written on
 a user error) -> open its run directory (store/rundir.py) and wait for a run of the
@@ -17,10 +18,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
 
 from .checks import check_step
-from .config import ParallelRunConfig, config_of
+from .config import ParallelRunConfig
 from .control import Cancel
 from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
 from .environment import public_config, storage_settings
@@ -41,9 +41,6 @@ from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
 from .summary import RunStatus, RunSummary, summarize
 
-if TYPE_CHECKING:
-    from .jobs import RunHandle
-
 
 def run_step(
     config: ParallelRunConfig,
@@ -57,8 +54,8 @@ def run_step(
 ) -> RunSummary:
     """Run one parallel step to its end, with the driver in this process, and return the run summary.
 
-    `submit_to` is for the callers that can send the driver elsewhere (`jobs.submit`,
-    `ParallelRunStep`, the CLI and the engines); here the driver always runs in this process.
+    `submit_to` is for the callers that can send the driver elsewhere (they launch through
+    `launch.Launcher`); here the driver always runs in this process.
 
     Args:
         config: the step's configuration.
@@ -69,7 +66,8 @@ def run_step(
         on_event: called with job events (started, mini-batch failed, worker replaced, ...).
         cancel: set it to stop the run; the summary then says `Canceled`. A `control.Cancel`
             set twice stops at once, without the grace for mini-batches in flight.
-        entry_callables: cloudpickled `{"init": f, "run": g, "shutdown": h}` used instead of `entry_script`.
+        entry_callables: cloudpickled `{"init": f, "run": g, "shutdown": h}` used instead of `entry_script`
+            (`shipping.ship_functions(run, init, shutdown)` makes them).
 
     Raises:
         ConfigError, InputError: before anything is written.
@@ -87,61 +85,6 @@ def reuse_key(config: ParallelRunConfig, entry_callables: bytes | None = None) -
         code = step_code_key(config, check_step(config, entry_callables), entry_callables)
         planner = planner_for(config.plan_settings())
         return step_key(code, (mini_batch.fingerprint for mini_batch in planner.mini_batches()))
-
-
-class ParallelRunStep:
-    """A ParallelRunStep: a configuration plus the step's data, run with `.run()`.
-
-    Args:
-        name: the step name.
-        parallel_run_config: a `ParallelRunConfig` (or pass its fields as keywords).
-        inputs, output, side_inputs, arguments, allow_reuse: as in ParallelRunStep.
-
-    Example:
-        >>> step = ParallelRunStep(name="score-digits", entry_script="score.py",
-        ...                        inputs=["data/images"], output="out", mini_batch_size=10)
-        >>> summary = step.run()
-    """
-
-    def __init__(
-        self,
-        name: str | None = None,
-        parallel_run_config: ParallelRunConfig | None = None,
-        inputs: Any = None,
-        output: str | None = None,
-        side_inputs: Any = None,
-        arguments: list[Any] | None = None,
-        allow_reuse: bool | None = None,
-        **fields: Any,
-    ):
-        given = dict(
-            name=name,
-            inputs=inputs,
-            output=output,
-            side_inputs=side_inputs,
-            arguments=arguments,
-            allow_reuse=allow_reuse,
-            **fields,
-        )
-        base = config_of(parallel_run_config) if parallel_run_config is not None else ParallelRunConfig()
-        self.config = base.with_overrides(**{k: v for k, v in given.items() if v is not None})
-
-    def run(self, **overrides: Any) -> RunSummary:
-        """Run the step (with `overrides` applied) and return the run summary; raises StepFailed.
-        With `submit_to: ray_job` the driver runs on the Ray cluster, and this waits for it."""
-        config = self.config.with_overrides(**overrides)
-        if config.submit_to == "ray_job":
-            summary = cast(RunSummary, self.submit(**overrides).wait())
-            if summary["status"] != "Succeeded":
-                raise StepFailed(summary)
-            return summary
-        return run_step(config)
-
-    def submit(self, **overrides: Any) -> RunHandle:
-        """Start the step in the background; returns a `RunHandle` (status, summary, wait, cancel, logs)."""
-        from .jobs import submit  # jobs imports nothing of this module; the import waits for its first use
-
-        return submit(self.config.with_overrides(**overrides))
 
 
 # One run ---------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 from airflow.sdk import DAG, task
 
 from parallel_steps import ConfigError
-from parallel_steps.airflow.decorators import _ParallelRunDecoratedOperator, dumps_callables, parallel_run_task
+from parallel_steps.airflow.decorators import _ParallelRunDecoratedOperator, parallel_run_task
+from parallel_steps.shipping import dumps_callables
 
 _state: dict = {}
 

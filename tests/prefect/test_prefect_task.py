@@ -24,6 +24,18 @@ def one_step(**fields):
     return parallel_run(**fields)
 
 
+_state: dict = {}
+
+
+def set_up() -> None:
+    _state["prefix"] = "flow"
+
+
+def label(mini_batch):
+    """A run function written in the flow's own file, which no worker can import."""
+    return [f"{_state['prefix']}:{open(path).read().strip()}" for path in mini_batch]
+
+
 def output_lines(summary: dict) -> list[str]:
     return Path(summary["output_file"]).read_text().split()
 
@@ -58,6 +70,15 @@ class TestRun:
         assert f"Report: `{summary['report']}`" in report.data
         assert "No errors." in report.data
         assert Path(summary["report"]).is_file()
+
+    def test_run_and_init_functions_from_the_flow_file_run_in_the_workers(self, make_files):
+        @flow
+        def labelled(inputs: str):
+            return parallel_run(run=label, init=set_up, inputs=inputs, mini_batch_size=2, name="labelled")
+
+        summary = labelled(str(make_files(5)))
+        assert (summary["status"], summary["mini_batches_total"]) == ("Succeeded", 3)
+        assert output_lines(summary) == [f"flow:{i}" for i in range(5)]
 
     def test_takes_a_config_a_dict_or_a_step_file_with_field_overrides(self, write_script, make_files, tmp_path):
         script, data = write_script(ECHO), make_files(6)

@@ -1,27 +1,21 @@
 """Airflow adapter: `@task.parallel_run`, whose decorated function is the step's `run(mini_batch)`.
 
-The function (and `init=` / `shutdown=`) travel to the workers with cloudpickle: by reference
-when a fresh interpreter can import their module, else by value (DAG files, the DAG folder).
+The function (and `init=` / `shutdown=`) travel to the workers through `shipping.py`: by
+reference when a fresh interpreter can import their module, else by value (DAG files, the
+DAG folder).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import importlib.machinery
 import inspect
-import json
-import os
-import subprocess
-import sys
-import types
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, _TaskDecorator, get_unique_task_id
 
 from ..errors import ConfigError
+from ..shipping import ship_functions
 from .operators import FIELDS, ParallelRunOperator
 
 
@@ -72,8 +66,8 @@ class _ParallelRunDecoratedOperator(DecoratedOperator, ParallelRunOperator):
         self.init, self.shutdown = init, shutdown
         ParallelRunOperator.__init__(self, task_id=task_id, **{**kwargs, **op_kwargs})
 
-    def entry_callables(self) -> bytes:
-        return dumps_callables({"init": self.init, "run": self.python_callable, "shutdown": self.shutdown})
+    def entry_callables(self) -> bytes | None:
+        return ship_functions(self.python_callable, self.init, self.shutdown)
 
 
 class _ParallelRunTaskDecorator(_TaskDecorator):
@@ -119,84 +113,3 @@ def parallel_run_task(
         )
 
     return decorate(python_callable) if python_callable is not None else decorate
-
-
-# Shipping callables ---------------------------------------------------------------------------
-
-
-def dumps_callables(functions: dict[str, Callable[..., Any] | None]) -> bytes:
-    """Cloudpickle the entry functions, by value for modules a worker could not import."""
-    for module in list(sys.modules.values()):
-        if isinstance(module, types.ModuleType) and not _importable(module):
-            with contextlib.suppress(ValueError):  # an alias whose __name__ is not in sys.modules
-                cloudpickle.register_pickle_by_value(module)
-    try:
-        pickled: bytes = cloudpickle.dumps(functions)
-        return pickled
-    except Exception as exc:
-        offender = next((name for name, f in functions.items() if f is not None and not _pickles(f)), "run")
-        raise ConfigError(
-            offender,
-            f"cannot be shipped to the workers with cloudpickle ({type(exc).__name__}: {exc})",
-            "avoid capturing open files, locks, clients or connections; create them in init=",
-        ) from None
-
-
-def _pickles(function: Callable[..., Any]) -> bool:
-    try:
-        cloudpickle.dumps(function)
-        return True
-    except Exception:
-        return False
-
-
-def _importable(module: Any) -> bool:
-    """Whether a fresh interpreter (as a worker starts) imports this module from the same file."""
-    name = getattr(module, "__name__", "")
-    if name == "__main__" or not isinstance(name, str):
-        return False
-    file = getattr(module, "__file__", None)
-    if not file:
-        return True  # built-in or frozen
-    top = name.partition(".")[0]
-    found = _top_level_file(top)
-    return found is not None and found == _top_level_origin(sys.modules.get(top))
-
-
-@functools.cache
-def _top_level_file(top: str) -> str | None:
-    """Where a fresh interpreter finds a top-level module or package (None: it does not)."""
-    try:
-        spec = importlib.machinery.PathFinder.find_spec(top, list(_fresh_sys_path()))
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    location = spec.origin
-    if location in (None, "namespace"):  # a namespace package: its first folder
-        location = next(iter(spec.submodule_search_locations or []), None)
-    return os.path.realpath(location) if location else None
-
-
-def _top_level_origin(module: Any) -> str | None:
-    """Where this process loaded a top-level module or package from."""
-    if module is None:
-        return None
-    file: str | None = getattr(module, "__file__", None)
-    if file:
-        return os.path.realpath(file)
-    paths = list(getattr(module, "__path__", []) or [])
-    return os.path.realpath(paths[0]) if paths else None
-
-
-@functools.cache
-def _fresh_sys_path() -> tuple[str, ...]:
-    """sys.path of a new interpreter with this environment; Airflow's additions (DAG folder) are not on it."""
-    out = subprocess.run(
-        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return tuple(os.path.abspath(p or os.getcwd()) for p in json.loads(out.stdout))

@@ -1,19 +1,17 @@
 """Airflow adapter: `ParallelRunOperator` maps templated fields, DAG params and the task's identity onto
-`run_step`, streams progress into the task log and maps the outcome back to Airflow. With
-`submit_to: ray_job` the driver is a Ray job instead (`jobs.submit`), which the task follows
-itself or, deferrable, through `ParallelRunTrigger` in the triggerer.
+a config (`step_config.py`), launches the run (`launch.py`: the driver in the task, or a Ray job the
+task follows itself or, deferrable, through `ParallelRunTrigger` in the triggerer), writes what it
+reports to the task log (`task_log.py`) and maps the outcome back to Airflow, once.
 
 It holds no executor logic: scheduling, retries, resume and the file layout belong to the core.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-import logging
-import math
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,18 +24,21 @@ from airflow.sdk.log import mask_secret
 from ..config import NAME_PATTERN, ParallelRunConfig
 from ..control import Cancel
 from ..environment import public_config, resolved_environment
-from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed
-from ..jobs import RunHandle, cancel, run_status, submit
+from ..errors import ConfigError, InputError, StepFailed
+from ..follow import Follower, finished
+from ..launch import Launcher
 from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides
 from ..platform import require_linux
 from ..report import key_figures
-from ..step import run_step
+from ..run_state import run_status
+from ..step_config import layered_config
+from .task_log import TaskLog
+from .triggers import ParallelRunTrigger
 
 FIELDS: tuple[str, ...] = tuple(ParallelRunConfig.model_fields)
 # `BaseOperator.output` is the task's XComArg, so the `output` field lives in another attribute.
 _ATTRIBUTES = {"output": "output_folder"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
-_MAX_EVENT_LINES = 20
 
 
 def attribute(field: str) -> str:
@@ -133,7 +134,7 @@ class ParallelRunOperator(BaseOperator):
         for field, value in fields.items():
             setattr(self, attribute(field), value)
         self._cancel: Cancel | None = None
-        self._job: RunHandle | None = None  # the run, when its driver is a Ray job this task submitted or found
+        self._follower: Follower | None = None  # the run, when its driver is a Ray job this task follows
         self._check_static()
 
     # Configuration ----------------------------------------------------------------------------
@@ -147,24 +148,20 @@ class ParallelRunOperator(BaseOperator):
     def partial(cls, **kwargs: Any) -> Any:
         """`BaseOperator.partial`, with the static config values checked now (at parse time), as
         `__init__` checks them; the mapped values of `expand()` are checked when each task runs."""
-        fields = {f: kwargs[f] for f in FIELDS if kwargs.get(f) is not None}
-        _base_config(kwargs.get("parallel_run_config"), kwargs.get("task_id", ""), fields).with_overrides(
-            **{f: v for f, v in fields.items() if not _deferred(v)}
-        )
+        static = {f: v for f in FIELDS if (v := kwargs.get(f)) is not None and not _deferred(v)}
+        layered_config(kwargs.get("parallel_run_config"), static, name=_name_from(kwargs.get("task_id", "")))
         return super().partial(**kwargs)
 
     def _check_static(self) -> None:
         """Validate what is known at parse time; templates and XComArgs are checked in execute()."""
         static = {f: v for f, v in self.field_values().items() if not _deferred(v)}
-        self._base_config().with_overrides(**static)
-
-    def _base_config(self) -> ParallelRunConfig:
-        return _base_config(self.parallel_run_config, self.task_id, self.field_values())
+        layered_config(self.parallel_run_config, static, name=_name_from(self.task_id))
 
     def build_config(self, context: Mapping[str, Any]) -> ParallelRunConfig:
         """The effective config: base config, then the (rendered) fields, then DAG params."""
-        config = self._base_config().with_overrides(**self.field_values())
-        overridden = config.with_overrides(**self._param_overrides(context))
+        base, fields, name = self.parallel_run_config, self.field_values(), _name_from(self.task_id)
+        config = layered_config(base, fields, name=name)
+        overridden = layered_config(base, fields, self._param_overrides(context), name=name)
         before, after = public_config(config), public_config(overridden)  # secrets masked
         changed = {f: after[f] for f in FIELDS if after[f] != before[f]}
         if changed:
@@ -187,60 +184,18 @@ class ParallelRunOperator(BaseOperator):
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         self._cancel = Cancel()
-        try:
+        with self._airflow_errors(context):
             require_linux()
             config = self.build_config(context)
             for name, value in resolved_environment(config).items():
                 mask_secret(value, name)  # values from Variables/Connections stay masked in the task log too
-        except ConfigError as exc:
-            raise AirflowFailException(f"invalid configuration: {exc}") from None
-        run_dir, run_id = run_location(config, context)
-        self.log.info("parallel step %s: run directory %s", config.name, run_dir)
-        if config.submit_to == "ray_job":
-            return self._execute_ray_job(config, run_dir, run_id, context)
-        if self.deferrable:
-            self.log.info("deferrable: the driver runs in this task (submit_to: local), so the task does not defer")
-        try:
-            summary = run_step(
-                config,
-                run_dir=run_dir,
-                run_id=run_id,
-                cancel=self._cancel,
-                on_progress=ProgressLog(self.log, self.progress_log_interval),
-                on_event=_EventLog(self.log),
-                entry_callables=self.entry_callables(),
-            )
-        except ConfigError as exc:
-            raise AirflowFailException(f"invalid configuration: {exc}") from None
-        except InputError as exc:
-            raise AirflowException(f"input problem: {exc}") from None
-        except StepFailed as exc:
-            raise AirflowException(self._failure(exc.summary, context)) from None
-        self._log_result(summary)
-        return dict(summary)
-
-    def _execute_ray_job(
-        self, config: ParallelRunConfig, run_dir: Path, run_id: str, context: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Submit the driver as a Ray job (or follow the run's job, still running after a retry or a
-        clear), then defer to the triggerer, or wait here."""
-        try:
-            self._job = submit(config, run_id=run_id, run_dir=run_dir, entry_callables=self.entry_callables())
-        except ConfigError as exc:
-            raise AirflowFailException(f"invalid configuration: {exc}") from None
-        except InputError as exc:
-            raise AirflowException(f"input problem: {exc}") from None
-        self.log.info("parallel step %s: the driver runs as Ray job %s", config.name, self._job.summary()["ray_job"])
-        if self.deferrable:
-            from .triggers import ParallelRunTrigger
-
-            trigger = ParallelRunTrigger(str(run_dir), progress_log_interval=self.progress_log_interval)
-            self.defer(trigger=trigger, method_name="execute_complete")
-        summary = self._job.wait(
-            on_progress=ProgressLog(self.log, self.progress_log_interval),
-            on_error=lambda exc: self.log.warning("cannot read the run's status now (%s); trying again", exc),
-        )
-        return self._result(summary, context)
+            run_dir, run_id = run_location(config, context)
+            self.log.info("parallel step %s: run directory %s", config.name, run_dir)
+            launcher = Launcher(config, run_dir=run_dir, run_id=run_id, entry_callables=self.entry_callables())
+            if self.deferrable and not launcher.elsewhere:
+                self.log.info("deferrable: the driver runs in this task (submit_to: local), so the task does not defer")
+            summary = launcher.run(_OperatorHooks(self, config.name), self._cancel)
+        return self._succeeded(summary, context)
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after `ParallelRunTrigger` fired: the run's summary (XCom), or the task fails with its reason.
@@ -250,11 +205,25 @@ class ParallelRunOperator(BaseOperator):
         """
         if event is None:
             return self.execute(context)
-        return self._result(run_status(event["run_dir"]), context)
+        with self._airflow_errors(context):
+            summary = finished(run_status(event["run_dir"]))
+        return self._succeeded(summary, context)
 
-    def _result(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
-        if summary["status"] != "Succeeded":
-            raise AirflowException(self._failure(summary, context))
+    @contextlib.contextmanager
+    def _airflow_errors(self, context: Mapping[str, Any]) -> Iterator[None]:
+        """The step's outcomes as Airflow's: an invalid value is not retried, an input problem and a
+        failed run are (a retry resumes the run)."""
+        try:
+            yield
+        except ConfigError as exc:
+            raise AirflowFailException(f"invalid configuration: {exc}") from None
+        except InputError as exc:
+            raise AirflowException(f"input problem: {exc}") from None
+        except StepFailed as exc:
+            raise AirflowException(self._failure(exc.summary, context)) from None
+
+    def _succeeded(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+        """The task's result (XCom `return_value`) once the step succeeded, whichever way it ran."""
         self._log_result(summary)
         return dict(summary)
 
@@ -266,11 +235,8 @@ class ParallelRunOperator(BaseOperator):
         """Stop the step: the driver sees the flag (or, in a Ray job, the cancel request and the job's
         stop) within a second and stops every worker."""
         reason = f"task {self.task_id} was killed (on_kill)"
-        if self._job is not None:
-            try:
-                cancel(str(self._job.run_dir), reason=reason)
-            except ParallelStepsError as exc:  # it ended meanwhile, or the cluster is out of reach
-                self.log.warning("the run was not canceled: %s", exc)
+        if self._follower is not None:
+            self._follower.cancel(reason)  # now: the task process may end before its wait loop looks again
         elif self._cancel is not None:
             self._cancel.cancel(reason)
 
@@ -334,18 +300,10 @@ def _safe(part: str) -> str:
     return _UNSAFE.sub("_", part).strip(".") or "_"
 
 
-def _base_config(config: ParallelRunConfig | None, task_id: str, fields: Mapping[str, Any]) -> ParallelRunConfig:
-    """The config the fields apply to; its step name comes from the task id unless one is given."""
-    config = config or ParallelRunConfig()
-    if "name" in config.model_fields_set or fields.get("name") is not None:
-        return config
-    return config.with_overrides(name=_name_from(task_id, config.name))
-
-
-def _name_from(task_id: str, default: str) -> str:
-    """A valid step name from the task id (score_digits -> score-digits), else the default."""
+def _name_from(task_id: str) -> str | None:
+    """The step name when none is given: a valid name from the task id (score_digits -> score-digits)."""
     name = re.sub(r"[^a-z0-9-]+", "-", task_id.rsplit(".", 1)[-1].lower()).strip("-")[:32].rstrip("-")
-    return name if len(name) >= 3 and re.match(NAME_PATTERN, name) else default
+    return name if len(name) >= 3 and re.match(NAME_PATTERN, name) else None
 
 
 def _deferred(value: Any) -> bool:
@@ -361,62 +319,18 @@ def _deferred(value: Any) -> bool:
     return False
 
 
-class ProgressLog:
-    """Writes the driver's progress snapshots to the task log, at most one line per interval."""
+class _OperatorHooks(TaskLog):
+    """The task log, and what the task does once the driver runs as a Ray job: remember it (for
+    `on_kill`) and, deferrable, hand the waiting to the triggerer."""
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter[Any], interval: float):
-        self.log, self.interval, self.last = log, interval, -math.inf
+    def __init__(self, operator: ParallelRunOperator, step: str):
+        super().__init__(operator.log, operator.progress_log_interval)
+        self.operator, self.step = operator, step
 
-    def __call__(self, snapshot: Mapping[str, Any]) -> None:
-        now = time.monotonic()
-        done, total = snapshot.get("mini_batches_done", 0), snapshot.get("mini_batches_total", 0)
-        if done < total and now - self.last < self.interval:
-            return
-        self.last = now
-        eta = snapshot.get("eta_s")
-        self.log.info(
-            "progress: %d/%d mini-batches done (%d failed, %d reused); items %d succeeded, %d failed; "
-            "%.2f mini-batches/s; ETA %s",
-            done,
-            total,
-            snapshot.get("mini_batches_failed", 0),
-            snapshot.get("mini_batches_reused", 0),
-            snapshot.get("items_succeeded", 0),
-            snapshot.get("items_failed", 0),
-            snapshot.get("rate_per_s") or 0.0,
-            "unknown" if eta is None else f"{eta:g} s",
-        )
-
-
-class _EventLog:
-    """Writes failed mini-batches, replaced workers, restarts and the job's end to the task log (bounded)."""
-
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-        self.log, self.lines = log, 0
-
-    def __call__(self, event: Mapping[str, Any]) -> None:
-        kind = event.get("type")
-        if kind in ("threshold_exceeded", "job_canceled"):
-            self.log.error("%s: %s", kind.replace("_", " "), event.get("reason"))
-            return
-        if kind == "restart":
-            self.log.warning("step restarted (%s) after a system error: %s", event.get("restart"), event.get("reason"))
-            return
-        if kind not in ("mini_batch_failed", "worker_replaced"):
-            return
-        self.lines += 1
-        if self.lines > _MAX_EVENT_LINES:
-            if self.lines == _MAX_EVENT_LINES + 1:
-                self.log.warning("further failures are only in the run's logs (logs/user/error.txt)")
-            return
-        if kind == "mini_batch_failed":
-            self.log.warning(
-                "mini-batch %s failed after %s attempt(s): %s",
-                event.get("mini_batch"),
-                event.get("attempts"),
-                event.get("error"),
-            )
-        else:
-            self.log.warning(
-                "worker %s replaced: %s %s", event.get("worker"), event.get("reason"), event.get("detail") or ""
-            )
+    def launched(self, follower: Follower, where: str) -> None:
+        operator = self.operator
+        operator._follower = follower
+        operator.log.info("parallel step %s: %s", self.step, where)
+        if operator.deferrable:
+            trigger = ParallelRunTrigger(follower.run, progress_log_interval=operator.progress_log_interval)
+            operator.defer(trigger=trigger, method_name="execute_complete")

@@ -14,9 +14,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..errors import ParallelStepsError
-from ..jobs import cancel, watch
-from .operators import ProgressLog
+from ..follow import Follower
+from .task_log import TaskLog
 
 
 class ParallelRunTrigger(BaseTrigger):
@@ -40,19 +39,14 @@ class ParallelRunTrigger(BaseTrigger):
             ),
         )
 
+    def _follower(self) -> Follower:
+        return Follower(self.run_dir, TaskLog(self.log, self.progress_log_interval), interval=self.poll_interval)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        progress = ProgressLog(self.log, self.progress_log_interval)
-        summary: dict[str, Any] = {}
-        on_error = lambda exc: self.log.warning("cannot read the run's status now (%s); trying again", exc)  # noqa: E731
-        async for summary in watch(self.run_dir, interval=self.poll_interval, on_error=on_error):
-            if "mini_batches_done" in summary:
-                progress(summary)
+        summary = await self._follower().wait_async()
         yield TriggerEvent({"run_dir": self.run_dir, "status": summary["status"]})
 
     async def on_kill(self) -> None:
         """The user marked the deferred task failed or succeeded, or cleared it: cancel the run (its
         Ray job is stopped). A triggerer restart does not call this; the run goes on."""
-        try:
-            await asyncio.to_thread(cancel, self.run_dir, None, "the deferred Airflow task was killed (on_kill)")
-        except ParallelStepsError as exc:  # it ended meanwhile, or the cluster is out of reach
-            self.log.warning("the run was not canceled: %s", exc)
+        await asyncio.to_thread(self._follower().cancel, "the deferred Airflow task was killed (on_kill)")

@@ -1,5 +1,5 @@
 """What the `parallel-steps` commands share: the step's config from a file and options, `--set`,
-the `--` split, signals that cancel a run, the progress line and the summary printed at the end."""
+the `--` split, signals that cancel a run, where progress shows and the summary printed at the end."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import ParallelRunConfig
 from ..control import Cancel
 from ..errors import ConfigError
+from ..follow import RunHooks, Throttle, items_and_rate, progress_line
+from ..step_config import layered_config
 from ..summary import RunSummary
 
 # Fields that have a dedicated option besides --FIELD (or that are not options at all).
@@ -81,9 +84,7 @@ def config_from_args(args: argparse.Namespace, script_args: list[str] | None) ->
     values.update(parse_set(args.set))
     if script_args:
         values["arguments"] = script_args
-    if args.step_file:
-        return ParallelRunConfig.from_yaml(args.step_file, **values)
-    return ParallelRunConfig.from_dict(values)
+    return layered_config(args.step_file, values)
 
 
 def cancel_on_signals() -> Cancel:
@@ -119,8 +120,9 @@ def print_summary(summary: RunSummary, as_json: bool) -> None:
     print("\n".join(lines))
 
 
-class Progress:
-    """A live progress bar on a terminal; a plain line every 10 s otherwise (logs, CI)."""
+class Progress(RunHooks):
+    """What the CLI shows of a running run: a live progress bar on a terminal, a plain line every 10 s
+    otherwise (logs, CI); warnings on stderr."""
 
     _PLAIN_EVERY_S = 10.0
 
@@ -128,19 +130,22 @@ class Progress:
         self._live = sys.stderr.isatty()
         self._bar: Any = None
         self._task: Any = None
-        self._last_line = 0.0
+        self._plain = Throttle(self._PLAIN_EVERY_S)
 
-    def update(self, snapshot: RunSummary) -> None:
+    def progress(self, snapshot: Mapping[str, Any]) -> None:
         if self._live:
             self._update_bar(snapshot)
-        elif time.monotonic() - self._last_line >= self._PLAIN_EVERY_S:
-            self._last_line = time.monotonic()
-            print(f"[{time.strftime('%H:%M:%S')}] {_progress_line(snapshot)}", file=sys.stderr, flush=True)
+        elif self._plain.due(snapshot):
+            print(f"[{time.strftime('%H:%M:%S')}] {progress_line(snapshot)}", file=sys.stderr, flush=True)
 
-    def _update_bar(self, snapshot: RunSummary) -> None:
+    def warn(self, message: str) -> None:
+        print(f"parallel-steps: {message}", file=sys.stderr, flush=True)
+
+    def _update_bar(self, snapshot: Mapping[str, Any]) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
         from rich.progress import Progress as Bar
 
+        total, done = snapshot.get("mini_batches_total", 0), snapshot.get("mini_batches_done", 0)
         if self._bar is None:
             self._bar = Bar(
                 TextColumn("mini-batches"),
@@ -151,23 +156,9 @@ class Progress:
                 transient=False,
             )
             self._bar.start()
-            self._task = self._bar.add_task("run", total=snapshot["mini_batches_total"], detail="")
-        detail = (
-            f"items {snapshot['items_succeeded']} ok, {snapshot['items_failed']} failed, {snapshot['rate_per_s']:.1f}/s"
-        )
-        self._bar.update(
-            self._task, total=snapshot["mini_batches_total"], completed=snapshot["mini_batches_done"], detail=detail
-        )
+            self._task = self._bar.add_task("run", total=total, detail="")
+        self._bar.update(self._task, total=total, completed=done, detail=items_and_rate(snapshot))
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
-
-
-def _progress_line(snapshot: RunSummary) -> str:
-    total, done = snapshot["mini_batches_total"], snapshot["mini_batches_done"]
-    eta = "?" if snapshot["eta_s"] is None else f"{snapshot['eta_s']:.0f} s"
-    return (
-        f"{done}/{total} mini-batches ({100 * done / max(total, 1):.0f}%), {snapshot['items_succeeded']} items ok, "
-        f"{snapshot['items_failed']} failed, {snapshot['rate_per_s']:.1f}/s, ETA {eta}"
-    )

@@ -38,7 +38,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
             run_dir=args.run_dir,
             job=args.job,
             cancel=cancel_on_signals(),
-            on_progress=progress.update,
+            on_progress=progress.progress,
         )
         code = 0
     except StepFailed as failed:

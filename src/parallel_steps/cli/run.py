@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..environment import storage_settings
 from ..errors import ConfigError, StepFailed
@@ -17,8 +16,6 @@ from .pipeline import add_pipeline_options, plan_pipeline_command, run_pipeline_
 
 if TYPE_CHECKING:
     from ..config import ParallelRunConfig
-    from ..jobs import RunHandle
-    from ..summary import RunSummary
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,24 +46,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..step import run_step
+    from ..launch import Launcher
+    from ..run_state import run_status
 
     if wants_pipeline(args):  # an Azure ML pipeline file: its jobs in order (cli/pipeline.py)
         return run_pipeline_command(args)
     config = config_from_args(args, args.script_args)
-    if args.detach or config.submit_to == "ray_job":
-        from ..jobs import submit
-
-        handle = submit(config, run_dir=args.run_dir)
-        if not args.detach:  # the driver runs in a Ray job: follow it here
-            return _follow(handle, args.json)
-        status = handle.summary()
-        print(json.dumps(status) if args.json else f"{status['run_id']} {handle.run_dir}")
+    launcher = Launcher(config, run_dir=args.run_dir)
+    if args.detach:
+        run_dir = launcher.start()
+        status = run_status(str(run_dir))
+        print(json.dumps(status) if args.json else f"{status['run_id']} {run_dir}")
         return 0
-    cancel = cancel_on_signals()
+    cancel = cancel_on_signals()  # Ctrl-C or SIGTERM cancels the run, wherever its driver runs
     progress = Progress()
     try:
-        summary = run_step(config, run_dir=args.run_dir, on_progress=progress.update, cancel=cancel)
+        summary = launcher.run(progress, cancel)
         code = 0
     except StepFailed as failed:
         summary, code = failed.summary, 1
@@ -74,25 +69,6 @@ def _run(args: argparse.Namespace) -> int:
         progress.close()
     print_summary(summary, args.json)
     return code
-
-
-def _follow(handle: RunHandle, as_json: bool) -> int:
-    """Show a submitted run's progress until it ends; Ctrl-C (or SIGTERM) cancels it."""
-    from ..summary import Counters
-
-    cancel = cancel_on_signals()
-    progress = Progress()
-    try:
-        status = handle.wait(
-            on_progress=lambda snapshot: progress.update(cast("RunSummary", snapshot)),
-            stop=cancel,
-            on_error=lambda exc: print(f"parallel-steps: {exc}; trying again", file=sys.stderr),
-        )
-    finally:
-        progress.close()
-    summary = cast("RunSummary", {**Counters().counts(), **status})  # counts a driver lost early never wrote are 0
-    print_summary(summary, as_json)
-    return 0 if summary["status"] == "Succeeded" else 1
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -91,6 +91,8 @@ class ParallelStepsWorker:
             return WorkerInitFailed(str(exc), os.getpid(), gpu)
         finally:
             _flush()
+        # The first call to another actor connects to it: done here, not in the first run()'s timed post.
+        ray.get(self._mailbox.ping.remote())
         if self._memory_limit:
             threading.Thread(target=self._watch_memory, daemon=True, name="parallel-steps-memory").start()
         return WorkerReady(os.getpid(), gpu)
@@ -161,6 +163,9 @@ class Mailbox:
     async def post(self, worker_id: str, message: FromWorker) -> None:
         self._messages.append((worker_id, message))
         self._posted.set()
+
+    async def ping(self) -> None:
+        """Nothing: a worker's first call, so that its posts during run() find the connection open."""
 
     async def take(self) -> list[tuple[str, FromWorker]]:
         await self._posted.wait()

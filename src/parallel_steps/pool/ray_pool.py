@@ -123,6 +123,7 @@ class RayWorkerPool(WorkerPool):
     def next_events(self, timeout: float) -> list[Event]:
         end = time.monotonic() + timeout
         while not self._events:
+            self._poll(0.0)  # what actors posted before a deadline counts before it
             now = time.monotonic()
             self._enforce_deadlines(now)
             for node_index, slot in self._nodes.rebind(now):

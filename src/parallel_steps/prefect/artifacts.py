@@ -1,6 +1,7 @@
-"""What a `parallel_run` task run shows in Prefect: progress log lines, a progress artifact, tables
-of the run summary and of its failed mini-batches, and a markdown artifact with the key figures,
-the error groups and the path of the run's report page.
+"""What a `parallel_run` task run shows in Prefect (the hooks of its run): progress log lines and a
+progress artifact (the core's text, `follow.progress_line`), tables of the run summary and of its
+failed mini-batches, and a markdown artifact with the key figures, the error groups and the path
+of the run's report page.
 
 Artifact keys are the step name plus a suffix (step names are valid keys), so
 each step's artifacts keep one history across flow runs. Every artifact call passes `_sync=True`:
@@ -24,16 +25,18 @@ from prefect.artifacts import (
 
 from ..config import ParallelRunConfig
 from ..environment import public_config
-from ..jobs import run_status
+from ..follow import Follower, RunHooks, end_line, progress_line
 from ..report import report_markdown
+from ..run_state import run_status
 
 FAILED_ROWS_SHOWN = 100  # a table artifact is for reading, the full list is in the run's logs
 _FAILED_COLUMNS = ("idx", "source", "items", "attempts", "error", "exit_code", "worker", "duration")
 _WARN_EVENTS = {"mini_batch_failed", "worker_replaced", "threshold_exceeded", "job_canceled"}
 
 
-class Progress:
-    """Reports a running step: the progress artifact and a log line per progress snapshot."""
+class Progress(RunHooks):
+    """Reports a running step: the progress artifact and a log line per progress snapshot, warnings and
+    the job events a user should see."""
 
     def __init__(self, name: str, logger: logging.LoggerAdapter[Any] | logging.Logger):
         self.name, self.logger = name, logger
@@ -41,25 +44,15 @@ class Progress:
             0.0, key=f"{name}-progress", description=f"Step {name}: planning mini-batches", _sync=True
         )
 
-    def update(self, snapshot: Mapping[str, Any]) -> None:
-        total, done = snapshot["mini_batches_total"], snapshot["mini_batches_done"]
-        eta = "" if snapshot.get("eta_s") is None else f", ETA {snapshot['eta_s']:g} s"
-        line = (
-            f"{done}/{total} mini-batches done ({snapshot['mini_batches_succeeded']} succeeded, "
-            f"{snapshot['mini_batches_failed']} failed, {snapshot['mini_batches_reused']} reused); "
-            f"{snapshot['items_succeeded']} items succeeded, {snapshot['items_failed']} failed{eta}"
-        )
+    def progress(self, snapshot: Mapping[str, Any]) -> None:
+        line = progress_line(snapshot)
         self.logger.info("%s: %s", self.name, line)
-        self._set(done, total, line)
+        self._set(snapshot.get("mini_batches_done", 0), snapshot.get("mini_batches_total", 0), line)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         """The final state, also when no worker ran (the whole step was reused) or the step stopped early."""
         done = summary["mini_batches_succeeded"] + summary["mini_batches_failed"]
-        reused = " (reused)" if summary["reused"] else ""
-        total = summary["mini_batches_total"]
-        self._set(
-            done, total, f"{done}/{total} mini-batches done; {summary['status']}{reused}: {summary['status_reason']}"
-        )
+        self._set(done, summary["mini_batches_total"], end_line(summary))
 
     def _set(self, done: int, total: int, text: str) -> None:
         percent = 100.0 * done / total if total else 100.0
@@ -72,6 +65,12 @@ class Progress:
         if event["type"] in _WARN_EVENTS:
             detail = ", ".join(f"{k}={v}" for k, v in event.items() if k not in ("type", "time"))
             self.logger.warning("%s: %s (%s)", self.name, event["type"].replace("_", " "), detail)
+
+    def warn(self, message: str) -> None:
+        self.logger.warning("%s: %s", self.name, message)
+
+    def launched(self, follower: Follower, where: str) -> None:
+        self.logger.info("step %s: %s", self.name, where)
 
 
 def publish_summary(summary: Mapping[str, Any]) -> None:

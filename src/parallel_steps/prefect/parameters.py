@@ -1,20 +1,21 @@
 """Task parameters -> one `ParallelRunConfig`, shared by the task, its cache policy and its run name.
 
 A step is given as a `ParallelRunConfig`, a dict of fields or a step file, plus
-config fields as keyword arguments (flow parameters); `None` means "not given".
+config fields as keyword arguments (flow parameters); `None` means "not given"
+(the layers are the core's, `step_config.py`).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..config import ParallelRunConfig
+from ..step_config import StepSpec, layered_config
 
 CONFIG_PARAMETER = "parallel_run_config"
 FIELDS_PARAMETER = "fields"  # the task's `**fields`, as Prefect binds it
 
-StepSpec = ParallelRunConfig | dict[str, Any] | str | os.PathLike[str] | None
+__all__ = ["StepSpec", "config_from_parameters", "step_config"]
 
 
 def step_config(parallel_run_config: StepSpec = None, **fields: Any) -> ParallelRunConfig:
@@ -24,14 +25,7 @@ def step_config(parallel_run_config: StepSpec = None, **fields: Any) -> Parallel
         ConfigError: a field is invalid (one line naming it).
         InputError: the step file cannot be read.
     """
-    overrides = {name: value for name, value in fields.items() if value is not None}
-    if parallel_run_config is None:
-        return ParallelRunConfig.from_dict(overrides)
-    if isinstance(parallel_run_config, ParallelRunConfig):
-        return parallel_run_config.with_overrides(**overrides)
-    if isinstance(parallel_run_config, dict):
-        return ParallelRunConfig.from_dict({**parallel_run_config, **overrides})
-    return ParallelRunConfig.from_yaml(parallel_run_config, **overrides)
+    return layered_config(parallel_run_config, fields)
 
 
 def config_from_parameters(parameters: dict[str, Any]) -> ParallelRunConfig:

@@ -1,31 +1,32 @@
 """The `parallel_run` Prefect task (and `parallel_run_async`, for async flows): one parallel step inside a flow.
 
-An adapter only (STYLE.md section 4): task parameters become a config, `run_step`
-runs on a helper thread while the task's own thread reports progress and
-watches for cancellation, and the summary or `StepFailed` becomes the task
-run's result or failure.
+An adapter only (STYLE.md section 4): task parameters become a config (`step_config.py`), the
+run is launched where the config says (`launch.py`), what it reports goes to the task's log and
+artifacts (`artifacts.py`), and the summary or `StepFailed` becomes the task run's result,
+failure or Cancelled state.
+
+A driver in this process runs on a helper thread while the task's own thread relays its
+progress (Prefect calls stay on that thread) and watches for cancellation:
 
     task thread:  parameters -> config -> start step thread -> loop: relay progress,
                   poll flow run state -> cancel -> join -> summary / ParallelRunFailed
-    step thread:  run_step(config, run_dir, on_progress, on_event, cancel) -> queue
+    step thread:  Launcher.run(hooks -> queue, cancel) -> queue
 
-With `submit_to: ray_job` the driver is a Ray job (`jobs.submit`) and no step thread
-runs here: the task follows the run with async polls of its status and of the flow
-run's state, cancelling the job when the flow run is cancelled. `parallel_run` waits for
-those polls on Prefect's event loop; `parallel_run_async` awaits them on the flow's own.
+With `submit_to: ray_job` the driver is a Ray job and no step thread runs here: the task
+follows the run (`follow.Follower`, async), reading the flow run's state with each poll and
+cancelling the job when the flow run is cancelled. `parallel_run` waits for that on Prefect's
+event loop; `parallel_run_async` awaits it on the flow's own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -37,12 +38,12 @@ from prefect.utilities.asyncutils import run_coro_as_sync
 
 from prefect import get_run_logger, task
 
-from ..config import ParallelRunConfig
 from ..control import Cancel
 from ..errors import ParallelStepsError, StepFailed
-from ..jobs import RunHandle, cancel, submit, watch
+from ..follow import Follower, RunHooks
+from ..launch import Launcher
 from ..platform import require_linux
-from ..step import run_step
+from ..shipping import EntryFunction, ship_functions
 from ..summary import RunSummary
 from .artifacts import Progress, publish_summary
 from .cache import STEP_REUSE
@@ -51,6 +52,7 @@ from .parameters import StepSpec, config_from_parameters, step_config
 _POLL_S = 0.5  # the task thread's loop: progress relayed, step thread checked
 _CANCEL_POLL_S = 1.0  # how often the flow run's state is read from the API
 _STOP_GRACE_S = 60.0  # bounded wait for the step to stop after the task was interrupted
+Logger = logging.LoggerAdapter[Any] | logging.Logger
 
 
 class ParallelRunFailed(StepFailed):
@@ -73,7 +75,14 @@ def _task_run_name(parameters: dict[str, Any]) -> str:
 
 
 @task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
-def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any] | State:
+def parallel_run(
+    parallel_run_config: StepSpec = None,
+    *,
+    run: EntryFunction | None = None,
+    init: EntryFunction | None = None,
+    shutdown: EntryFunction | None = None,
+    **fields: Any,
+) -> dict[str, Any] | State:
     """Run a parallel step (Azure ML ParallelRunStep) as a Prefect task and return its run summary.
 
     Progress goes to the task's log and a progress artifact; the run summary (and
@@ -85,6 +94,9 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
     Args:
         parallel_run_config: the step, as a `ParallelRunConfig`, a dict of config fields or the path of a
             step YAML file (default: only `fields`).
+        run, init, shutdown: functions to run instead of an `entry_script`: `run(mini_batch)`, and
+            `init()` / `shutdown()` once per worker. Functions defined in the flow file travel to the
+            workers by value. The step's own reuse covers them; the task run is not Cached by Prefect.
         **fields: config fields (`entry_script`, `inputs`, `mini_batch_size`, `process_count_per_node`,
             `error_threshold`, `backend`, ...) overriding `parallel_run_config`; `None` leaves a field as it is,
             so flow parameters with a `None` default override only when given.
@@ -95,7 +107,8 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
     Raises:
         ParallelRunFailed: the step ended Failed (a `StepFailed`; `.summary` is the run summary). A step
             Canceled (by cancelling the flow run) ends the task run Cancelled instead.
-        ConfigError, InputError: an invalid field or an unreadable input, before any worker starts.
+        ConfigError, InputError: an invalid field, a function that cannot be shipped or an unreadable
+            input, before any worker starts.
 
     In an async flow, `await parallel_run_async(...)` does the same and, with `submit_to="ray_job"`,
     follows the job on the flow's event loop without holding a thread.
@@ -106,23 +119,26 @@ def parallel_run(parallel_run_config: StepSpec = None, **fields: Any) -> dict[st
         ...     return parallel_run("step.yaml", mini_batch_size=mini_batch_size)
     """
     require_linux()
-    step = _TaskStep.begin(parallel_run_config, fields)
+    step = _TaskStep.begin(parallel_run_config, fields, run, init, shutdown)
     try:
-        if step.config.submit_to != "ray_job":
-            return step.succeeded(_run_watched(step.config, step.run_dir, step.progress, step.logger))
-        job = step.submit()
-        try:
-            summary = run_coro_as_sync(_follow(job, step.flow_run_id, step.progress, step.logger))
-        except BaseException:
-            step.on_interrupted(job)
-            raise
+        if step.launcher.elsewhere:
+            summary = run_coro_as_sync(step.follow())
+        else:
+            summary = _run_watched(step)
         return step.succeeded(summary)
     except StepFailed as failed:
         return step.failed(failed)
 
 
 @task(name="parallel_run", task_run_name=_task_run_name, cache_policy=STEP_REUSE, persist_result=True)
-async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any) -> dict[str, Any] | State:
+async def parallel_run_async(
+    parallel_run_config: StepSpec = None,
+    *,
+    run: EntryFunction | None = None,
+    init: EntryFunction | None = None,
+    shutdown: EntryFunction | None = None,
+    **fields: Any,
+) -> dict[str, Any] | State:
     """`parallel_run` for async flows: `await parallel_run_async(...)`. With `submit_to="ray_job"` the
     task follows the Ray job on the flow's event loop and holds no thread while it waits, so one flow
     can follow many long steps at once; a local driver runs in a worker thread. Arguments, result,
@@ -137,18 +153,12 @@ async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any
     """
     require_linux()
     # What calls Prefect's API or reads the run's files runs in a worker thread, off the event loop.
-    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields)
+    step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields, run, init, shutdown)
     try:
-        if step.config.submit_to != "ray_job":
-            run = functools.partial(_run_watched, step.config, step.run_dir, step.progress, step.logger)
-            summary = await asyncio.to_thread(run)
+        if step.launcher.elsewhere:
+            summary = await step.follow()
         else:
-            job = await asyncio.to_thread(step.submit)
-            try:
-                summary = await _follow(job, step.flow_run_id, step.progress, step.logger)
-            except BaseException:
-                step.on_interrupted(job)  # brief, and only when the task run is interrupted
-                raise
+            summary = await asyncio.to_thread(_run_watched, step)
         return await asyncio.to_thread(step.succeeded, summary)
     except StepFailed as failed:
         return await asyncio.to_thread(step.failed, failed)
@@ -156,47 +166,66 @@ async def parallel_run_async(parallel_run_config: StepSpec = None, **fields: Any
 
 @dataclass
 class _TaskStep:
-    """The step of one task run: its config, run directory (one per task run: its retries resume it,
-    and no other task run shares it), logger and progress artifact, and how the task run ends."""
+    """The step of one task run: its launcher (its run directory is one per task run: its retries resume
+    it, and no other task run shares it), logger and progress artifact, and how the task run ends."""
 
-    config: ParallelRunConfig
-    run_dir: Path
+    launcher: Launcher
+    name: str
     flow_run_id: UUID | None
-    logger: logging.LoggerAdapter[Any] | logging.Logger
+    logger: Logger
     progress: Progress
 
     @classmethod
-    def begin(cls, parallel_run_config: StepSpec, fields: dict[str, Any]) -> _TaskStep:
+    def begin(
+        cls,
+        parallel_run_config: StepSpec,
+        fields: dict[str, Any],
+        run: EntryFunction | None,
+        init: EntryFunction | None,
+        shutdown: EntryFunction | None,
+    ) -> _TaskStep:
         config = step_config(parallel_run_config, **fields)
+        entry_callables = ship_functions(run, init, shutdown)
         logger = get_run_logger()
         task_run = TaskRunContext.get().task_run
         run_dir = config.resolved_run_root() / f"{config.name}-{task_run.id}"
         logger.info("step %s: run directory %s", config.name, run_dir)
-        return cls(config, run_dir, task_run.flow_run_id, logger, Progress(config.name, logger))
+        launcher = Launcher(config, run_dir=run_dir, run_id=run_dir.name, entry_callables=entry_callables)
+        return cls(launcher, config.name, task_run.flow_run_id, logger, Progress(config.name, logger))
 
-    def submit(self) -> RunHandle:
-        """Submit the driver as a Ray job; a retry of the task run finds the run's job still running
-        and follows it."""
-        job = submit(self.config, run_id=self.run_dir.name, run_dir=self.run_dir)
-        self.logger.info("step %s: the driver runs as Ray job %s", self.config.name, job.summary().get("ray_job"))
-        return job
+    async def follow(self) -> RunSummary:
+        """Start the driver elsewhere (a retry of the task run finds the run's Ray job still running and
+        follows it) and follow it until it ends; a cancelled flow run cancels it, once."""
+        follower = await asyncio.to_thread(self.launcher.follow, self.progress)
+        try:
+            with _FlowRunWatch(self.flow_run_id, self.logger) as flow_run:
+                return await follower.result_async(stop=lambda: self._stop_reason(flow_run))
+        except StepFailed:
+            raise
+        except BaseException:
+            self._on_interrupted(follower)  # brief, and only when the task run is interrupted
+            raise
 
-    def on_interrupted(self, job: RunHandle) -> None:
-        """The task run stopped following its Ray job: a cancelled flow run cancels the job; otherwise
-        (a worker restarting) the job goes on for the retry to follow."""
+    def _stop_reason(self, flow_run: _FlowRunWatch) -> str | None:
+        reason = flow_run.cancel_reason()
+        if reason:
+            self.logger.warning("step %s: %s; canceling its run", self.name, reason)
+        return reason
+
+    def _on_interrupted(self, follower: Follower) -> None:
+        """The task run stopped following the run: a cancelled flow run cancels it; otherwise (a worker
+        restarting) the run goes on for the retry to follow."""
         with _FlowRunWatch(self.flow_run_id, self.logger) as flow_run:
             if reason := flow_run.cancel_reason():
-                cancel(str(job.run_dir), reason=reason)
+                follower.cancel(reason)
 
     def succeeded(self, summary: Mapping[str, Any]) -> dict[str, Any]:
-        """The task run's result: the summary, published; a followed run that did not succeed raises."""
-        if summary["status"] != "Succeeded":
-            raise StepFailed(summary)
+        """The task run's result: the summary, published."""
         self.progress.finish(summary)
         publish_summary(summary)
         self.logger.info(
             "step %s: %s%s: %s",
-            self.config.name,
+            self.name,
             summary["status"],
             " (reused)" if summary["reused"] else "",
             summary["output_file"] or summary["output"],
@@ -212,86 +241,62 @@ class _TaskStep:
         raise ParallelRunFailed(failed.summary) from None
 
 
-def _run_watched(
-    config: ParallelRunConfig, run_dir: Path, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
-) -> Mapping[str, Any]:
-    """Run the step on a helper thread; anything that interrupts this thread (a runner's SIGTERM, a
-    task timeout) or a cancelled flow run cancels the step, which stops its workers."""
+def _run_watched(step: _TaskStep) -> RunSummary:
+    """Run the step's driver on a helper thread; anything that interrupts this thread (a runner's SIGTERM,
+    a task timeout) or a cancelled flow run cancels the step, which stops its workers."""
     messages: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue[tuple[str, Any]]()
     cancel = Cancel()
-    step = _StepThread(config, run_dir, messages, cancel)
-    step.start()
+    thread = _StepThread(step.launcher, messages, cancel)
+    thread.start()
     try:
-        with _FlowRunWatch(TaskRunContext.get().task_run.flow_run_id, logger) as watch:
-            while step.is_alive():
-                _relay(messages, progress, timeout=_POLL_S)
+        with _FlowRunWatch(step.flow_run_id, step.logger) as watch:
+            while thread.is_alive():
+                _relay(messages, step.progress, timeout=_POLL_S)
                 if not cancel.is_set() and (reason := watch.cancel_reason()):
-                    logger.warning("step %s: %s; stopping the workers", config.name, reason)
+                    step.logger.warning("step %s: %s; stopping the workers", step.name, reason)
                     cancel.cancel(reason)
     except BaseException as interruption:
         cancel.cancel(f"the Prefect task run was interrupted ({type(interruption).__name__})")
-        step.join(_STOP_GRACE_S)
+        thread.join(_STOP_GRACE_S)
         raise
-    _relay(messages, progress)
-    return step.result()
-
-
-async def _follow(
-    job: RunHandle, flow_run_id: UUID | None, progress: Progress, logger: logging.LoggerAdapter[Any] | logging.Logger
-) -> dict[str, Any]:
-    """The run's status every poll, relayed as progress, until it ends; the flow run's state is read
-    with it, and a cancelled flow run cancels the run once."""
-    summary: dict[str, Any] = {}
-    shown, canceled = None, False
-    on_error = lambda exc: logger.warning("the run's status cannot be read now (%s); trying again", exc)  # noqa: E731
-    async with get_client() as client:
-        async for summary in watch(str(job.run_dir), interval=_CANCEL_POLL_S, on_error=on_error):
-            if "mini_batches_done" in summary and summary.get("elapsed_s") != shown:  # a new snapshot
-                shown = summary.get("elapsed_s")
-                await asyncio.to_thread(progress.update, summary)  # the API call off the event loop
-            if canceled or flow_run_id is None:
-                continue
-            try:
-                reason = _cancel_reason((await client.read_flow_run(flow_run_id)).state)
-            except Exception as exc:  # an unreachable API must not stop the step; the next poll retries
-                logger.debug("could not read the flow run state: %s", exc)
-                continue
-            if reason:
-                logger.warning("step %s: %s; canceling its Ray job", job.run_dir.name, reason)
-                await asyncio.to_thread(cancel, str(job.run_dir), None, reason)
-                canceled = True
-    return summary
+    _relay(messages, step.progress)
+    return thread.result()
 
 
 class _StepThread(threading.Thread):
-    """`run_step` with its callbacks turned into messages, so Prefect calls stay on the task's thread."""
+    """`Launcher.run` with its hooks turned into messages, so Prefect calls stay on the task's thread."""
 
-    def __init__(
-        self, config: ParallelRunConfig, run_dir: Path, messages: queue.SimpleQueue[tuple[str, Any]], cancel: Cancel
-    ):
-        super().__init__(name=f"parallel-run-{config.name}", daemon=True)
-        self.config, self.run_dir, self.messages, self.cancel = config, run_dir, messages, cancel
+    def __init__(self, launcher: Launcher, messages: queue.SimpleQueue[tuple[str, Any]], cancel: Cancel):
+        super().__init__(name=f"parallel-run-{launcher.config.name}", daemon=True)
+        self.launcher, self.cancel = launcher, cancel
+        self.hooks = _Queued(messages)
         self._summary: RunSummary | None = None
         self._error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self._summary = run_step(
-                self.config,
-                run_dir=self.run_dir,
-                run_id=self.run_dir.name,
-                on_progress=lambda snapshot: self.messages.put(("progress", snapshot)),
-                on_event=lambda event: self.messages.put(("event", event)),
-                cancel=self.cancel,
-            )
+            self._summary = self.launcher.run(self.hooks, self.cancel)
         except BaseException as exc:  # re-raised on the task's thread by result()
             self._error = exc
 
     def result(self) -> RunSummary:
         if self._error is not None:
             raise self._error
-        assert self._summary is not None  # run_step returns a summary or raises
+        assert self._summary is not None  # Launcher.run returns a summary or raises
         return self._summary
+
+
+class _Queued(RunHooks):
+    """Hooks that queue what the run reports for the task's thread."""
+
+    def __init__(self, messages: queue.SimpleQueue[tuple[str, Any]]):
+        self.messages = messages
+
+    def progress(self, snapshot: Mapping[str, Any]) -> None:
+        self.messages.put(("progress", snapshot))
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        self.messages.put(("event", event))
 
 
 def _relay(messages: queue.SimpleQueue[tuple[str, Any]], progress: Progress, timeout: float | None = None) -> None:
@@ -309,7 +314,7 @@ def _relay(messages: queue.SimpleQueue[tuple[str, Any]], progress: Progress, tim
     except queue.Empty:
         pass
     if latest is not None:
-        progress.update(latest)
+        progress.progress(latest)
 
 
 class _FlowRunWatch:

@@ -1,10 +1,11 @@
 """`submit_to: ray_job`: the run's driver runs on the Ray cluster as a Ray job (Ray's Jobs API).
 
     caller (CLI, Airflow worker or triggerer, Prefect)      Ray head node
-    submit_or_attach -> run dir: step.json, ray_job.json    job <base>-<attempt>:
-                     -> Jobs API: submit_job                    python -m parallel_steps.detached RUN_DIR RUN_ID
-    status, wait, logs -> the run directory                     writes run.json, the ledger, logs, the output
-    job_ended, stop_job -> Jobs API                             its workers: Ray actors across the cluster
+    launch.py: submit_or_attach -> run dir: step.json,      job <base>-<attempt>:
+                                   ray_job.json                 python -m parallel_steps.detached RUN_DIR RUN_ID
+                                -> Jobs API: submit_job         writes run.json, the ledger, logs, the output
+    follow.py, run_state.py: status, logs -> the run directory  its workers: Ray actors across the cluster
+                             job_ended, stop_job -> Jobs API
 
 The job ships the project (`py_modules`) and the step's code folder (`working_dir`: the
 source directory, else the entry script's folder); the run directory must be on storage
@@ -27,26 +28,25 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import requests
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
-import parallel_steps
-
 from ..config import ParallelRunConfig
+from ..detached import ENVIRONMENT_VARIABLE, prepare, register
 from ..environment import secret_fields
 from ..errors import ConfigError, ParallelStepsError
 from ..inputs.storage import is_url
-from ..jobs import ENVIRONMENT_VARIABLE, RunHandle, prepare, register
 from ..pool.ray_connect import check_reachable
 from ..pool.ray_env import auth_headers
-from ..store.runs import RAY_JOB_FILE, read_ray_job, read_summary, write_ray_job
+from ..store.runs import RAY_JOB_FILE, read_summary, write_ray_job
 from ..summary import TERMINAL
 
 _ACTIVE = (JobStatus.PENDING, JobStatus.RUNNING)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # parallel_steps/, shipped to the job
 _EXIT_S = 120.0  # how long a driver that has ended its run may take to exit before another may start
 _POLL_S = 0.5
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -57,8 +57,9 @@ _AUTH_HINT = (
 )
 
 
-def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> RunHandle:
-    """Follow the run's Ray job when one is pending or running, else submit its next attempt."""
+def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> None:
+    """Follow the run's Ray job when one is pending or running, else submit its next attempt (its id is
+    then in `ray_job.json`)."""
     address = _address(config)
     client = _client(address)
     base = _job_base(run_dir, run_id)
@@ -66,7 +67,7 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
     if latest is not None and latest.submission_id and latest.status in _ACTIVE:
         if (read_summary(run_dir) or {}).get("status") not in TERMINAL:
             write_ray_job(run_dir, address, latest.submission_id)
-            return RunHandle(run_dir)
+            return
         _wait_for_end(client, latest.submission_id)  # its driver has ended the run and is exiting
     job_id = f"{base}-{_attempt(latest.submission_id, base) + 1 if latest else 1}"
     job_config = _as_the_job_sees_it(config)
@@ -82,42 +83,40 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
         )
     except Exception as exc:
         if _status(client, job_id) in _ACTIVE:  # another caller submitted this attempt first: follow it
-            return RunHandle(run_dir)
+            return
         (run_dir / RAY_JOB_FILE).unlink(missing_ok=True)
         raise ConfigError(
             "submit_to", f"the Ray cluster at {address} refused the job: {_last_line(str(exc), exc)}"
         ) from None
     register(config, run_dir, run_id, pid=None)
-    return RunHandle(run_dir)
 
 
-def job_ended(run_dir: Path) -> tuple[str, str] | None:
-    """(status, reason) when the run's Ray job has ended; None while it is pending or running."""
-    address, job_id = _read_record(run_dir)
-    client = _client(address)
-    status = _status(client, job_id)
+def job_ended(record: Mapping[str, str]) -> tuple[str, str] | None:
+    """(status, reason) when the run's Ray job (its `ray_job.json` record) has ended; None while it is
+    pending or running. One Jobs API call."""
+    address, job_id = record["address"], record["submission_id"]
+    info = _info(_client(address), job_id)
     again = "; rerun the step to resume it"
-    if status is None:
+    if info is None:
         return (
             "Failed",
             f"the Ray job {job_id} of the driver is unknown to the cluster at {address} (restarted?){again}",
         )
-    if status in _ACTIVE:
+    if info.status in _ACTIVE:
         return None
-    if status == JobStatus.STOPPED:
+    if info.status == JobStatus.STOPPED:
         return "Canceled", f"the Ray job {job_id} of the driver was stopped before the driver finished{again}"
-    with _jobs_api(job_id):
-        message = client.get_job_info(job_id).message or ""
-    return "Failed", f"the Ray job {job_id} of the driver ended {status.value}: {_last_line(message)}{again}"
+    message = _last_line(info.message or "")
+    return "Failed", f"the Ray job {job_id} of the driver ended {info.status.value}: {message}{again}"
 
 
-def stop_job(run_dir: Path) -> None:
+def stop_job(record: Mapping[str, str]) -> None:
     """Stop the run's Ray job: Ray sends the driver SIGTERM (it stops its workers), then SIGKILL after
     RAY_JOB_STOP_WAIT_TIME_S (set on the head node; Ray's default is 3 s)."""
-    address, job_id = _read_record(run_dir)
-    client = _client(address)
+    client, job_id = _client(record["address"]), record["submission_id"]
     if _status(client, job_id) in _ACTIVE:
-        client.stop_job(job_id)
+        with _jobs_api(job_id):
+            client.stop_job(job_id)
 
 
 # The job ---------------------------------------------------------------------------------------
@@ -149,7 +148,7 @@ def _runtime_env(config: ParallelRunConfig, run_dir: Path, environment: dict[str
     """The project as a py_module (the job runs the caller's version), the step's code folder as the
     working directory, and the workers' environment variables (see `job_ended` for what Ray shows)."""
     runtime_env: dict[str, Any] = {
-        "py_modules": [os.path.dirname(parallel_steps.__file__)],
+        "py_modules": [_PACKAGE],
         "env_vars": environment,
     }
     code = _code_folder(config)
@@ -227,12 +226,17 @@ def _wait_for_end(client: JobSubmissionClient, job_id: str) -> None:
 
 
 def _status(client: JobSubmissionClient, job_id: str) -> JobStatus | None:
-    """The job's status; None when the cluster does not know the job (HTTP 404). Any other failure (a
+    info = _info(client, job_id)
+    return info.status if info else None
+
+
+def _info(client: JobSubmissionClient, job_id: str) -> JobDetails | None:
+    """The job's details; None when the cluster does not know the job (HTTP 404). Any other failure (a
     dashboard restarting, a proxy's 502, the network) is a ParallelStepsError, so that whoever follows
     the run tries again instead of taking a running job for a lost one."""
     with _jobs_api(job_id):
         try:
-            return client.get_job_status(job_id)
+            return client.get_job_info(job_id)
         except RuntimeError as exc:
             if "status code 404" in str(exc):  # Ray raises every answer but 200 as RuntimeError
                 return None
@@ -248,11 +252,6 @@ def _jobs_api(job_id: str) -> Iterator[None]:
         raise ParallelStepsError(
             f"the Ray Jobs API did not answer about job {job_id}: {_last_line(str(exc), exc)}"
         ) from None
-
-
-def _read_record(run_dir: Path) -> tuple[str, str]:
-    record = read_ray_job(run_dir) or {}
-    return record["address"], record["submission_id"]
 
 
 def _last_line(text: str, exc: Exception | None = None) -> str:
