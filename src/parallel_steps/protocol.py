@@ -93,7 +93,7 @@ class Outcome:
     started: float = 0.0
     duration: float = 0.0
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
-    tokens: bytes | None = None  # with each file's size and mtime (or hash), encoded for the ledger
+    checks: bytes | None = None  # with a check of each file's size and mtime (or hash), for the ledger
 
     def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
@@ -106,7 +106,7 @@ class Outcome:
             self.started,
             self.duration,
             self.fingerprint,
-            self.tokens,
+            self.checks,
         )
 
 

@@ -26,6 +26,7 @@ from parallel_steps.report import key_figures, mask_config, write_report
 from parallel_steps.report.data import page_data as report_data
 from parallel_steps.report.records import Attempt, RunRecords
 from parallel_steps.step import run_step
+from parallel_steps.store.ledger import Ledger
 from parallel_steps.store.logs import RunLogs
 
 from .conftest import cli, cli_json
@@ -82,25 +83,30 @@ def references(html: str) -> list[str]:
     return parser.found
 
 
-def _succeeded(run_dir: Path) -> set[int]:
-    db = sqlite3.connect(Path(run_dir) / "ledger.sqlite")
+def _rows(run_dir: Path) -> list[dict]:
+    found = Ledger.open_readonly(Path(run_dir) / "ledger.sqlite")
     try:
-        return {idx for (idx,) in db.execute("SELECT idx FROM mini_batches WHERE state='succeeded'")}
+        return found.rows()
     finally:
-        db.close()
+        found.close()
+
+
+def _succeeded(run_dir: Path) -> set[int]:
+    return {row["idx"] for row in _rows(run_dir) if row["state"] == "succeeded"}
 
 
 def ledger(run_dir: Path) -> dict:
     """What the ledger says ran: attempts per worker, failed attempts by error, counts."""
+    rows = _rows(run_dir)
+    ran = [(row["worker"],) for row in rows if row["state"] == "succeeded" and row["reused_from"] is None]
     db = sqlite3.connect(Path(run_dir) / "ledger.sqlite")
     try:
-        ran = db.execute("SELECT worker FROM mini_batches WHERE state='succeeded' AND reused_from IS NULL").fetchall()
         failed = db.execute("SELECT idx, worker, outcome, error FROM attempts").fetchall()
-        states = dict(db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state").fetchall())
-        reused = db.execute("SELECT count(*) FROM mini_batches WHERE reused_from IS NOT NULL").fetchone()[0]
-        not_reused = {idx for (idx,) in db.execute("SELECT idx FROM mini_batches WHERE reused_from IS NULL")}
     finally:
         db.close()
+    states = dict(collections.Counter(row["state"] for row in rows))
+    reused = sum(1 for row in rows if row["reused_from"] is not None)
+    not_reused = {row["idx"] for row in rows if row["reused_from"] is None}
     per_worker = collections.Counter(w for (w,) in ran) + collections.Counter(w for _, w, _, _ in failed)
     errors = collections.defaultdict(set)
     for idx, _, _, error in failed:

@@ -292,21 +292,18 @@ def _committed(home: Path) -> int:
 
 
 def _committed_names(home: Path) -> list[str]:
-    """The mini-batches the ledger of the one run under `home` holds as succeeded (none before it exists)."""
-    import sqlite3
+    """The mini-batches the ledger of the one run under `home` holds as succeeded (none before it exists,
+    or before it has its tables)."""
+    from parallel_steps.store.ledger import Ledger
 
-    ledgers = list(home.glob("parallel-run*/ledger.sqlite"))
-    if not ledgers:
+    paths = list(home.glob("parallel-run*/ledger.sqlite"))
+    ledger = Ledger.open_readonly(paths[0]) if paths else None
+    if ledger is None:
         return []
-    db = sqlite3.connect(ledgers[0], timeout=10)  # the driver may be writing
     try:
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name='mini_batches'").fetchone():
-            return []  # killed before it made its tables
-        return [
-            Path(source).name for (source,) in db.execute("SELECT source FROM mini_batches WHERE state='succeeded'")
-        ]
+        return [Path(row["source"]).name for row in ledger.rows() if row["state"] == "succeeded"]
     finally:
-        db.close()
+        ledger.close()
 
 
 def test_an_earlier_ledger_of_another_layout_is_skipped_not_fatal(tmp_path, make_files, write_script):

@@ -70,7 +70,7 @@ class Outcomes:
             worker.id,
             outcome.duration,
             outcome.fingerprint,
-            outcome.tokens,
+            outcome.checks,
         )
         self._record(worker, current, items, items - failed, failed, "succeeded", outcome.duration)
         if failed:

@@ -32,7 +32,7 @@ from ..masking import mask_urls
 from . import storage
 from .datasets import Dataset, FileDataset
 from .fingerprints import file_tokens, fingerprint_of
-from .members import EarlierBatch, decode_members, decode_tokens
+from .members import EarlierBatch, check_values, decode_checks, decode_members
 from .minibatch import MiniBatch
 from .planner import iter_listed_runs
 from .storage import Stat
@@ -134,14 +134,18 @@ class IncrementalPlanner:
         names = set(members)
         present = [(path, stat) for path, stat in seen if path in names]
         strays = [(path, stat) for path, stat in seen if path not in names]  # a hash collision: new files
-        tokens = file_tokens([p for p, _ in present], [s for _, s in present], self.mode)
-        earlier_tokens = decode_tokens(batch.tokens)
-        by_path = dict(zip(members, earlier_tokens)) if earlier_tokens else {}
-        changed = sum(1 for (path, _), token in zip(present, tokens) if by_path and by_path[path] != token)
+        paths = tuple(path for path, _ in present)
+        tokens = file_tokens(paths, [s for _, s in present], self.mode)
+        fingerprint = fingerprint_of(paths, tokens)
+        earlier_checks = decode_checks(batch.checks)
+        by_path = dict(zip(members, earlier_checks)) if earlier_checks else {}
+        changed = sum(1 for path, check in zip(paths, check_values(tokens)) if by_path and by_path[path] != check)
         deleted = len(members) - len(present)
+        if deleted == 0 and batch.fingerprint not in (None, fingerprint):
+            changed = max(changed, 1)  # the fingerprint covers every token in full; the checks only count
         if deleted == 0 and changed == 0:
             self.diff.mini_batches_kept += 1
-            yield self._emit(present, tokens, kept=owner)
+            yield self._emit(present, tokens, kept=owner, fingerprint=fingerprint)
         else:
             self._drop(batch, deleted, changed)
             self._pending += present
@@ -165,13 +169,15 @@ class IncrementalPlanner:
             self.diff.mini_batches_new += 1
             yield self._emit(group, tokens, kept=None)
 
-    def _emit(self, files: list[tuple[str, Stat]], tokens: list[str], kept: int | None) -> Planned:
+    def _emit(
+        self, files: list[tuple[str, Stat]], tokens: list[str], kept: int | None, fingerprint: str | None = None
+    ) -> Planned:
         paths = tuple(path for path, _ in files)
         mini_batch = MiniBatch(
             index=self._index,
             kind="files",
             paths=paths,
-            fingerprint=fingerprint_of(paths, tokens),
+            fingerprint=fingerprint or fingerprint_of(paths, tokens),
             nbytes=sum(stat.st_size for _, stat in files),
             items=len(paths),
         )

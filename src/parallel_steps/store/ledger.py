@@ -1,11 +1,16 @@
 """The run ledger (SQLite, WAL): the plan, each mini-batch's state and attempts, committed parts.
 
 The driver is its only writer, and what it trusts after a crash: a mini-batch is
-done exactly when its row says `succeeded` and names a part file. Writes are
+done exactly when its row says succeeded and names a part of a spool file. Writes are
 committed in batches (every tenth of a second or so), so a killed driver loses at
 most the results of its last moment: they run again when the run resumes.
 A resume plans again, so rows are only ever added by the run that owns them.
 The reads (rows, attempts, counts, parts, reusable results) are in `ledger_queries.py`.
+
+Compact, because a run of a million files keeps a hundred thousand rows: file mini-batches
+name their files by their place in the plan's member files (`ledger_members.py`), each file's
+token is kept as a 4-byte check (`inputs/members.py`), fingerprints as their 20 bytes, states
+as small numbers, and spool files, workers and earlier runs as ids of the `names` table.
 """
 
 from __future__ import annotations
@@ -13,41 +18,44 @@ from __future__ import annotations
 import pickle
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..inputs.members import encode_members, encode_tokens
+from ..inputs.members import EarlierBatch, token_checks
 from ..inputs.minibatch import MiniBatch
-from .ledger_queries import LedgerQueries
+from .ledger_members import MEMBERS_SCHEMA, MemberWriter
+from .ledger_queries import FAILED, SUCCEEDED, LedgerQueries, fingerprint_blob
 from .output import Part
 
 #: A planned mini-batch, the result it takes from a reuse source (or None), its files' tokens (or None).
 PlanRow = tuple[MiniBatch, "dict[str, Any] | None", "list[str] | None"]
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+{MEMBERS_SCHEMA}
 CREATE TABLE IF NOT EXISTS mini_batches (
     idx INTEGER PRIMARY KEY,
-    fingerprint TEXT,                        -- NULL until the worker fingerprints what it read
-    source TEXT NOT NULL,
+    fingerprint,                             -- 20 bytes (a sha1); NULL until the worker fingerprints what it read
+    source TEXT,                             -- what it reads, for people; file mini-batches: from their members
     items INTEGER,
     nbytes INTEGER,
     descriptor BLOB,                         -- the pickled MiniBatch, when pending() is to read it
-    members TEXT,                            -- file mini-batches: their files (inputs/incremental.py encoding)
-    tokens BLOB,                             -- and each file's size and mtime (or hash), once known
-    state TEXT NOT NULL DEFAULT 'pending',   -- pending | succeeded | failed
+    first INTEGER,                           -- file mini-batches: where their `items` files begin in `members`
+    checks BLOB,                             -- and a 4-byte check of each file's size and mtime (or hash), once known
+    state INTEGER NOT NULL DEFAULT 0,        -- 0 pending, 1 succeeded, 2 failed
     attempts INTEGER NOT NULL DEFAULT 0,
-    part TEXT,                               -- spool file, offset and length of the successful
-    part_offset INTEGER,                     -- attempt's rows (see store/output.py)
-    part_length INTEGER,
+    spool INTEGER,                           -- the spool file (names.id, relative to the run folder when in it),
+    part_offset INTEGER,                     -- offset and length of the successful attempt's rows
+    part_length INTEGER,                     -- (see store/output.py)
     returned INTEGER,                        -- elements run() returned
     items_failed INTEGER,
-    reused_from TEXT,                        -- run id the result was taken from
+    reused_from INTEGER,                     -- the run the result was taken from (names.id)
     error TEXT,
     exit_code INTEGER,
-    worker TEXT,
-    duration REAL
+    worker INTEGER,                          -- names.id
+    duration_us INTEGER
 );
 CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the successful one is in mini_batches)
     idx INTEGER NOT NULL,
@@ -62,12 +70,20 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 );
 """
 
-_LAYOUT = 2  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
+_LAYOUT = 3  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
+_TABLES = ("meta", "names", "members", "mini_batches", "attempts")
 
 _SUCCEED = (
-    "UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
-    " items_failed=?, items=coalesce(items, ?), worker=?, duration=?, error=NULL,"
-    " fingerprint=coalesce(?, fingerprint), tokens=coalesce(?, tokens) WHERE idx=?"
+    f"UPDATE mini_batches SET state={SUCCEEDED}, attempts=?, spool=?, part_offset=?, part_length=?, returned=?,"
+    " items_failed=?, items=coalesce(items, ?), worker=?, duration_us=?, error=NULL,"
+    " fingerprint=coalesce(?, fingerprint), checks=coalesce(?, checks) WHERE idx=?"
+)
+_ADD = "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, first, checks"
+_ADD_PENDING = _ADD + ") VALUES (?,?,?,?,?,?,?,?)"
+_ADD_STREAMED = "INSERT INTO mini_batches (idx, items, nbytes, first) VALUES (?,?,?,?)"
+_ADD_REUSED = (
+    _ADD + f", spool, part_offset, part_length, returned, items_failed, reused_from, state)"
+    f" VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,{SUCCEEDED})"
 )
 
 
@@ -79,16 +95,17 @@ class Ledger(LedgerQueries):
         self.path = Path(path)
         uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
         self._db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level="DEFERRED", check_same_thread=False)
+        self._base = None if str(path) == ":memory:" else self.path.absolute().parent
         if not readonly:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             if self.layout() != _LAYOUT:  # written by another version: nothing in it can be resumed
-                self._db.executescript(
-                    "DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS mini_batches;"
-                    f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};"
-                )
+                drops = " ".join(f"DROP TABLE IF EXISTS {table};" for table in _TABLES)
+                self._db.executescript(f"{drops} PRAGMA user_version={_LAYOUT};")
             self._db.executescript(_SCHEMA)
+        self._members = None if readonly else MemberWriter(self._db)
         self._successes: list[tuple[Any, ...]] = []  # written by commit(), many rows per statement
+        self._ids: dict[str, int] = {}
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
@@ -103,10 +120,13 @@ class Ledger(LedgerQueries):
             return None
 
     def close(self) -> None:
-        self.commit()
+        if self._members is not None:
+            self.commit()
         self._db.close()
 
     def commit(self) -> None:
+        if self._members is not None:
+            self._members.write()
         if self._successes:
             self._db.executemany(_SUCCEED, self._successes)
             self._successes = []
@@ -115,53 +135,79 @@ class Ledger(LedgerQueries):
     def rollback(self) -> None:
         self._successes = []
         self._db.rollback()
+        self._ids = {}
+        if self._members is not None:
+            self._members.reload()
 
-    # Meta ------------------------------------------------------------------
+    # Meta and names -----------------------------------------------------------------------
 
     def set(self, **values: Any) -> None:
         self._db.executemany(
             "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, None if v is None else str(v)) for k, v in values.items()]
         )
 
+    def _id(self, name: str) -> int:
+        """The id of a name (a spool file, a worker, a run), added the first time it is written."""
+        found = self._ids.get(name)
+        if found is None:
+            row = self._db.execute("SELECT id FROM names WHERE name=?", (name,)).fetchone()
+            found = row[0] if row else self._db.execute("INSERT INTO names (name) VALUES (?)", (name,)).lastrowid
+            self._ids[name] = found = int(found or 0)
+        return found
+
+    def _spool_id(self, path: str) -> int:
+        """Spool files in the run folder are named relative to it (`./parts/...`), so the folder may move."""
+        if self._base is not None and path.startswith(str(self._base) + "/"):
+            path = "./" + path[len(str(self._base)) + 1 :]
+        return self._id(path)
+
     # The plan ------------------------------------------------------------------
 
     def clear_plan(self) -> None:
         self._db.execute("DELETE FROM mini_batches")
+        self._member_writer().clear()
 
     def add(self, rows: Iterable[PlanRow], descriptors: bool = True) -> None:
         """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded.
-        File mini-batches keep their member files (and their tokens, when known) for the next plan.
-        Without `descriptors` (the driver holds the mini-batches already) a row costs a fifth of the time."""
-        pending, reused = [], []
+        File mini-batches keep their member files (and their tokens' checks, when known) for the next plan.
+        Without `descriptors` (the driver holds the mini-batches already) a row costs a fraction of the time."""
+        streamed, pending, reused = [], [], []
+        place = self._member_writer().place
         for mb, reuse, tokens in rows:
-            descriptor = pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors else None
-            members = encode_members(mb.paths) if mb.kind == "files" else None
+            files = mb.kind == "files"
+            if files and not (descriptors or reuse or tokens or mb.fingerprint):  # a fresh plan's: 4 columns
+                streamed.append((mb.index, mb.items, mb.nbytes, place(mb.paths)))
+                continue
             plan = (
                 mb.index,
-                mb.fingerprint,
-                mb.describe(),
+                fingerprint_blob(mb.fingerprint),
+                None if files else mb.describe(),
                 mb.items,
                 mb.nbytes,
-                descriptor,
-                members,
-                encode_tokens(tokens) if tokens else None,
+                pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors else None,
+                place(mb.paths) if files else None,
+                token_checks(tokens) if tokens else None,
             )
             if reuse:
-                part = reuse["part"] or (None, None, None)
-                reused.append((*plan, *part, reuse["returned"], reuse["items_failed"], reuse["run_id"]))
+                path, offset, length = reuse["part"] or (None, None, None)
+                spool = None if path is None else self._spool_id(path)
+                source = self._id(reuse["run_id"]) if reuse["run_id"] else None
+                reused.append((*plan, spool, offset, length, reuse["returned"], reuse["items_failed"], source))
             else:
                 pending.append(plan)
-        self._db.executemany(
-            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, members, tokens)"
-            " VALUES (?,?,?,?,?,?,?,?)",
-            pending,
-        )
-        self._db.executemany(
-            "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, members, tokens, part,"
-            " part_offset, part_length, returned, items_failed, reused_from, state)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,'succeeded')",
-            reused,
-        )
+        for statement, values in ((_ADD_STREAMED, streamed), (_ADD_PENDING, pending), (_ADD_REUSED, reused)):
+            if values:  # binding is most of a row's cost: a statement of the columns a row has
+                self._db.executemany(statement, values)
+
+    def _member_writer(self) -> MemberWriter:
+        if self._members is None:
+            raise RuntimeError(f"{self.path} is open read-only")
+        return self._members
+
+    def plan(self) -> Iterator[EarlierBatch]:
+        if self._members is not None:
+            self._members.write()  # what was placed since the last commit is part of the plan read back
+        return super().plan()
 
     # Outcomes -------------------------------------------------------------------
 
@@ -192,12 +238,25 @@ class Ledger(LedgerQueries):
         worker: str,
         duration: float,
         fingerprint: str | None,
-        tokens: bytes | None = None,
+        checks: bytes | None = None,
     ) -> None:
-        """Written with the next `commit()`; `fingerprint` and `tokens` when the worker made them."""
-        part_fields = part or (None, None, None)
+        """Written with the next `commit()`; `fingerprint` and `checks` when the worker made them."""
+        spool, offset, length = (None, None, None) if part is None else (self._spool_id(part[0]), part[1], part[2])
         self._successes.append(
-            (attempts, *part_fields, returned, items_failed, items, worker, duration, fingerprint, tokens, idx)
+            (
+                attempts,
+                spool,
+                offset,
+                length,
+                returned,
+                items_failed,
+                items,
+                self._id(worker),
+                round(duration * 1e6),
+                fingerprint_blob(fingerprint),
+                checks,
+                idx,
+            )
         )
 
     def fail(
@@ -211,7 +270,7 @@ class Ledger(LedgerQueries):
         duration: float,
     ) -> None:
         self._db.execute(
-            "UPDATE mini_batches SET state='failed', attempts=?, error=?, exit_code=?,"
-            " items=coalesce(items, ?), worker=?, duration=? WHERE idx=?",
-            (attempts, error, exit_code, items, worker, duration, idx),
+            f"UPDATE mini_batches SET state={FAILED}, attempts=?, error=?, exit_code=?,"
+            " items=coalesce(items, ?), worker=?, duration_us=? WHERE idx=?",
+            (attempts, error, exit_code, items, self._id(worker), round(duration * 1e6), idx),
         )

@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..inputs.fingerprints import file_tokens, fingerprint_of
+from ..inputs.fingerprints import file_tokens, fingerprint_of, local_tokens
 from ..inputs.loaders import load
-from ..inputs.members import encode_tokens
+from ..inputs.members import token_checks
 from ..inputs.minibatch import MiniBatch
 from ..inputs.storage import is_url
 from ..masking import mask_urls
@@ -120,8 +120,8 @@ class WorkerRuntime:
             else:
                 result = self._call(self._entry["run"], data)
             part = self._spool.append(result, self.spec.output_format) if self._spool else None
-            fingerprint, tokens = self._fingerprint(mini_batch, data)
-            outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, tokens=tokens)
+            fingerprint, checks = self._fingerprint(mini_batch, data)
+            outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, checks=checks)
         except Exception as exc:
             outcome = Outcome(
                 ok=False,
@@ -193,20 +193,20 @@ class WorkerRuntime:
         return file
 
     def _fingerprint(self, mini_batch: MiniBatch, data: Any) -> tuple[str | None, bytes | None]:
-        """The fingerprint and file tokens of a mini-batch the plan left unfingerprinted: objects by the
+        """The fingerprint and file checks of a mini-batch the plan left unfingerprinted: objects by the
         tokens their listing gave (or, mode `content`, by hashing the local copies `data` names), local
         files by their stat."""
         if mini_batch.fingerprint is not None:
             return None, None
         paths, mode = mini_batch.paths, self.spec.fingerprint_mode
-        listed = (mini_batch.read or {}).get("tokens")
+        listed = mini_batch.read.get("tokens") if mini_batch.read else None
         if mode == "content":
             tokens = file_tokens(data if listed else paths, [None] * len(paths), mode)
         elif listed:
             tokens = [token or file_tokens([path], [None], mode)[0] for path, token in zip(paths, listed)]
         else:
-            tokens = file_tokens(paths, [None] * len(paths), mode)
-        return fingerprint_of(paths, tokens), encode_tokens(tokens)
+            tokens = local_tokens(paths)
+        return fingerprint_of(paths, tokens), token_checks(tokens)
 
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         if self._profiler is None:
