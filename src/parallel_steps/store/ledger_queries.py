@@ -91,7 +91,7 @@ class LedgerQueries:
     def rows_written(self) -> int:
         """Rows in the output: what run() returned for every succeeded mini-batch that has a slice."""
         row = self._db.execute(
-            "SELECT COALESCE(SUM(returned), 0) FROM mini_batches WHERE state='succeeded' AND part IS NOT NULL"
+            f"SELECT COALESCE(SUM(returned), 0) FROM mini_batches WHERE state={SUCCEEDED} AND spool IS NOT NULL"
         ).fetchone()
         written: int = row[0]
         return written
