@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .config import ParallelRunConfig
 from .control import Cancel
+from .driver.termination import exit_when_overdue
 from .environment import public_config, secret_fields
 from .errors import StepFailed
 from .step import run_step
@@ -96,10 +97,12 @@ def main(run_dir: str, run_id: str) -> int:
     entry_callables = callables.read_bytes() if callables.exists() else None
     queued(Path(run_dir), run_id, config.name, pid=os.getpid())  # now `status` can tell if it dies
     cancel = Cancel()
-    signal.signal(
-        signal.SIGTERM,
-        lambda *_: cancel.cancel(cancel_requested(Path(run_dir)) or "canceled by the user (SIGTERM)"),
-    )
+
+    def terminate(*_: object) -> None:
+        cancel.cancel(cancel_requested(Path(run_dir)) or "canceled by the user (SIGTERM)")
+        exit_when_overdue(cancel, config.termination_grace)
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         run_step(config, run_dir=run_dir, run_id=run_id, cancel=cancel, entry_callables=entry_callables)
     except StepFailed:

@@ -14,7 +14,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -145,8 +145,9 @@ def driver_alive(record: dict[str, Any]) -> bool:
 
 
 @contextlib.contextmanager
-def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
-    """Hold the lock of one step key: a second run with the same key waits here (bounded).
+def key_lock(run_root: Path, key: str, timeout: float, check: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the lock of one step key: a second run with the same key waits here (bounded; `check`, called
+    while it waits, may raise to stop waiting: a cancel).
 
     An flock, so a killed holder releases it with its last file descriptor.
     """
@@ -164,6 +165,8 @@ def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
                         f"another run with the same inputs and settings is still running after {timeout:.0f} s "
                         f"(wait for it, or set allow_reuse=False)"
                     ) from None
+                if check is not None:
+                    check()
                 time.sleep(0.2)
         try:
             yield
