@@ -40,6 +40,7 @@ from .store.logs import timestamp
 from .store.output import assemble, spool_format
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
+from .store.space import no_space_line, out_of_space, where_it_fits
 from .summary import RunStatus, RunSummary, summarize
 
 
@@ -207,6 +208,12 @@ class _StepRun:
                 logs.close(log)
                 raise
             except Exception as exc:  # a system error of the driver itself
+                if out_of_space(exc):  # a restart cannot make space
+                    status, reason = RunStatus.FAILED, no_space_line(exc, run.path)
+                    log.error("%s", reason)
+                    with where_it_fits():
+                        scope.close()
+                    break
                 log.exception("system error")
                 scope.close()
                 if len(self.restarts) >= self.config.max_job_restarts:
@@ -252,7 +259,7 @@ class _StepRun:
             policy = self.config.driver_policy()
             driver = Driver(policy, self.run.ledger, pool, pending, counters, self.report, self.termination, write_plan)
             status, reason = driver.run()
-        grace = self._shutdown_grace(status)
+        grace = self.termination.shutdown_grace(self.config.shutdown_seconds)  # after a cancel: its share
         with self.termination.guard(pool, self.log):  # a cancel now bounds shutdown() too
             pool.close(grace)  # workers stop (and run shutdown()) before the output
             scope.close()
@@ -262,11 +269,6 @@ class _StepRun:
             self.log.warning("%s: shutdown() was cut off after %g s; the worker was killed", worker, round(grace, 1))
             self.report.emit("shutdown_cut_off", worker=worker)
         return status, reason
-
-    def _shutdown_grace(self, status: RunStatus) -> float:
-        """How long idle workers' shutdown() may take: the configured bound, what is left of its share of
-        termination_grace after a cancel."""
-        return self.termination.shutdown_grace(self.config.shutdown_seconds)
 
     def _new_plan(self) -> RunPlan:
         settings, run = self.config.plan_settings(), self.run
@@ -283,12 +285,8 @@ class _StepRun:
 
     def _log_plan(self) -> None:
         counters = self.plan.counters
-        self.log.info(
-            "%d mini-batches planned; %d reused%s",
-            counters.mini_batches_total,
-            counters.mini_batches_reused,
-            " (resumed)" if self.run.resumed else "",
-        )
+        total, reused = counters.mini_batches_total, counters.mini_batches_reused
+        self.log.info("%d mini-batches planned; %d reused%s", total, reused, " (resumed)" if self.run.resumed else "")
         for note in self.plan.notes:
             self.log.warning("plan: %s", note)
 
@@ -315,6 +313,19 @@ class _StepRun:
         )
 
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:
+        """The run's records (ledger, report, run.json, job_result.txt), then its row in the index. A disk
+        that fills now fails the run in one line; what still fits of the records is written."""
+        try:
+            self._write_records(index, summary)
+        except Exception as exc:
+            if not out_of_space(exc):
+                raise
+            _records_lost(self.run, summary, exc)
+        with where_it_fits():
+            self.run.logs.close(self.log)
+        index.update(self.run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
+
+    def _write_records(self, index: RunIndex, summary: RunSummary) -> None:
         run, logs = self.run, self.run.logs
         fingerprints = run.ledger.fingerprints()
         if summary.status == RunStatus.SUCCEEDED and all(fingerprints):  # whole-step reuse finds it by this key
@@ -331,8 +342,6 @@ class _StepRun:
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
         self.log.info("%s: %s", summary.status, summary.status_reason)
-        logs.close(self.log)
-        index.update(run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
 
 
 def _deliver_output(run: RunDirectory, config: ParallelRunConfig, check: Callable[[], None], log: Logger) -> str | None:
@@ -350,3 +359,12 @@ def _deliver_output(run: RunDirectory, config: ParallelRunConfig, check: Callabl
         upload(run.output_dir, run.output_url, last=config.append_row_file_name, check=check)
         log.info("output uploaded to %s", mask_urls(run.output_url))
     return output_file
+
+
+def _records_lost(run: RunDirectory, summary: RunSummary, exc: Exception) -> None:
+    """The disk filled while the run's records were written: the run failed, in one line, written where it fits."""
+    summary.update(status=RunStatus.FAILED, status_reason=no_space_line(exc, run.path), report=None)
+    with where_it_fits():
+        run.ledger.close()
+    with where_it_fits():
+        write_summary(run.path, summary)

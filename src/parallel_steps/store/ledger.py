@@ -89,6 +89,7 @@ class Ledger(LedgerQueries):
                 )
             self._db.executescript(_SCHEMA)
         self._successes: list[tuple[Any, ...]] = []  # written by commit(), many rows per statement
+        self._closed = False
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
@@ -103,8 +104,14 @@ class Ledger(LedgerQueries):
             return None
 
     def close(self) -> None:
-        self.commit()
-        self._db.close()
+        """Commit and close (once); closed also when the commit fails (a full disk: SQLite rolls it back)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.commit()
+        finally:
+            self._db.close()
 
     def commit(self) -> None:
         if self._successes:

@@ -182,6 +182,9 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str, check: Callable[[], 
                 for part in _coalesced(parts):
                     out.write(reader.read(part))
         os.replace(tmp, target)
+    except OSError as exc:
+        exc.filename = exc.filename or str(target)  # a failed write names no file: the output it was for
+        raise
     finally:
         reader.close()
         tmp.unlink(missing_ok=True)

@@ -27,6 +27,7 @@ STEP_FILE = "step.json"  # in a run directory: the configuration of a detached r
 CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
 RAY_JOB_FILE = "ray_job.json"  # in a run directory: the Ray job that runs its driver (submit/ray_job.py)
 DRIVER_LOCK = "driver.lock"  # in a run directory: held by the one driver running it (`hold_driver_lock`)
+SECRETS_FILE = "driver_secrets.json"  # in a run directory (0600): a Ray job driver's secrets, until it reads them
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
