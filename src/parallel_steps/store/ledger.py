@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..inputs.members import encode_members, encode_tokens
 from ..inputs.minibatch import MiniBatch
 from .ledger_queries import LedgerQueries
@@ -62,7 +63,9 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 );
 """
 
-_LAYOUT = 2  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
+_LAYOUT = 2  # PRAGMA user_version; a ledger of an older layout is rebuilt, and is no reuse source
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)  # what a truncated or overwritten file gives
+_GO_ON = "rerun the step in a fresh run directory (--run-dir), or delete this one and rerun it"
 
 _SUCCEED = (
     "UPDATE mini_batches SET state='succeeded', attempts=?, part=?, part_offset=?, part_length=?, returned=?,"
@@ -78,18 +81,42 @@ class Ledger(LedgerQueries):
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
         uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        existed = self.path.is_file() and self.path.stat().st_size > 0
         self._db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level="DEFERRED", check_same_thread=False)
         if not readonly:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            if self.layout() != _LAYOUT:  # written by another version: nothing in it can be resumed
-                self._db.executescript(
-                    "DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS mini_batches;"
-                    f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};"
-                )
-            self._db.executescript(_SCHEMA)
+            try:
+                self._open_for_writing(existed)
+            except sqlite3.DatabaseError as exc:
+                self._db.close()
+                if getattr(exc, "sqlite_errorcode", None) not in _DAMAGED:
+                    raise
+                raise InputError(str(self.path), f"is damaged ({exc}); {_GO_ON}") from None
+            except InputError:
+                self._db.close()
+                raise
         self._successes: list[tuple[Any, ...]] = []  # written by commit(), many rows per statement
         self._closed = False
+
+    def _open_for_writing(self, existed: bool) -> None:
+        """WAL; a ledger that was there already checked whole and of a layout this version can read (an
+        older one is rebuilt: nothing in it can be resumed; a newer one is refused, not wiped)."""
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        if existed and (found := self._db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+            raise InputError(str(self.path), f"is damaged ({found}); {_GO_ON}")
+        layout = self.layout()
+        if layout > _LAYOUT:
+            raise InputError(
+                str(self.path),
+                f"was written by a newer parallel-steps (ledger layout {layout}; this version reads {_LAYOUT}); "
+                "rerun the step with that version, or in a fresh run directory",
+            )
+        if layout != _LAYOUT:
+            self._db.executescript(
+                "DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS mini_batches;"
+                f" DROP TABLE IF EXISTS attempts; PRAGMA user_version={_LAYOUT};"
+            )
+        self._db.executescript(_SCHEMA)
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
