@@ -27,8 +27,8 @@ def run(mini_batch):
 """
 
 
-def cli(tmp_path: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "parallel_steps.cli", *args, "--run-root", str(tmp_path / "runs")]
+def cli(tmp_path: Path, command: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "parallel_steps.cli", command, "--run-root", str(tmp_path / "runs"), *args]
 
 
 def test_sixteen_steps_and_one_step_twice_at_once_under_one_run_root(tmp_path, make_files):
@@ -37,21 +37,16 @@ def test_sixteen_steps_and_one_step_twice_at_once_under_one_run_root(tmp_path, m
     env = {**os.environ, TAG: str(tmp_path)}
     runs = {f"step-{i:02d}": (f"step-{i:02d}", "a") for i in range(16)}
     runs |= {"twice-a": ("twice", "a"), "twice-b": ("twice", "b")}  # one step, two parameters
-    started = {
-        key: subprocess.Popen(
-            cli(tmp_path, "run", "--json", "--name", name, "--entry-script", "score.py", "--input", "data")
-            + ["--mini-batch-size", "1", "--process-count-per-node", "1", "--output", f"out/{key}", "--", param],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=tmp_path,
+    started = {}
+    for key, (name, param) in runs.items():
+        options = ["--name", name, "--entry-script", "score.py", "--input", "data", "--mini-batch-size", "1"]
+        options += ["--process-count-per-node", "1", "--output", f"out/{key}", "--", param]
+        started[key] = subprocess.Popen(
+            cli(tmp_path, "run", "--json", *options), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, cwd=tmp_path,
         )  # fmt: skip
-        for key, (name, param) in runs.items()
-    }
     cleaned, removed = [], set()
     while any(process.poll() is None for process in started.values()):
-        running = {key for key, process in started.items() if process.poll() is None}
         done = subprocess.run(cli(tmp_path, "clean", "--keep", "0"), capture_output=True, text=True, env=env)
         cleaned.append(done)
         removed |= set(done.stdout.split()[3:])  # "removed N run(s)" then the run ids
