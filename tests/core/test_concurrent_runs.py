@@ -35,7 +35,7 @@ def test_sixteen_steps_and_one_step_twice_at_once_under_one_run_root(tmp_path, m
     make_files(6)
     (tmp_path / "score.py").write_text(SCRIPT)
     env = {**os.environ, TAG: str(tmp_path)}
-    runs = {f"step-{i:02d}": (f"step-{i:02d}", "a") for i in range(16)}
+    runs = {f"step-{i:02d}": (f"step-{i:02d}", f"p{i}") for i in range(16)}  # each its own (else one reuses another)
     runs |= {"twice-a": ("twice", "a"), "twice-b": ("twice", "b")}  # one step, two parameters
     started = {}
     for key, (name, param) in runs.items():
