@@ -171,6 +171,7 @@ class ParallelRunConfig(
             first_task_creation_timeout=self.first_task_creation_timeout,
             hang_detection=self.hang_detection,
             progress_timeout=self.progress_timeout,
+            termination_grace=self.termination_grace,
             prefetch=not self.is_tabular and any("://" in path for dataset in self.inputs for path in dataset.path),
         )
 

@@ -162,6 +162,15 @@ class WorkerFields(BaseModel):
         "stands; the summary lists the workers cut off); default run_invocation_timeout.",
         json_schema_extra=TRIGGER,
     )
+    termination_grace: float = Field(
+        20,
+        gt=0,
+        description="Seconds a canceled run (SIGTERM, Ctrl-C, Airflow's on_kill, a Prefect cancel, parallel-steps "
+        "cancel) takes at most to stop, in any phase: mini-batches in flight may finish in the first half, "
+        "shutdown() runs until three quarters, then the workers are killed; a second SIGTERM stops at once. "
+        "Keep it under your scheduler's own (Kubernetes' terminationGracePeriodSeconds: 30).",
+        json_schema_extra=TRIGGER,
+    )
     allow_reuse: bool = Field(
         True,
         description="Reuse results of an earlier run with the same inputs, script and settings.",

@@ -55,6 +55,7 @@ class DriverPolicy:
     first_task_creation_timeout: float
     hang_detection: bool
     progress_timeout: float  # progress_update_timeout, or its default
+    termination_grace: float = 20.0  # how long a canceled run takes at most to stop (driver/termination.py)
     prefetch: bool = False  # files named by URLs: each worker holds one more mini-batch, whose files it fetches ahead
 
 

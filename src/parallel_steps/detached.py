@@ -2,8 +2,9 @@
 `python -m parallel_steps.detached RUN_DIR RUN_ID`.
 
 The submitting side (`start`, `prepare`; called by `launch.py` and `submit/ray_job.py`) writes the
-step (secrets masked; their values travel in this process's environment, or in the Ray job's
-runtime environment), the entry functions if any, and a queued summary. The process runs that
+step (secrets masked; their values travel in this process's environment, or, for a Ray job, whose
+runtime environment the dashboard shows, in a file only its owner can read, which the driver removes
+once read: `hand_secrets`), the entry functions if any, and a queued summary. The process runs that
 step until it ends; SIGTERM cancels it (a second SIGTERM stops it at once). The same entry runs
 on this machine (`submit_to: local`) and on a Ray cluster as a Ray job (`ray_job`).
 """
@@ -20,10 +21,11 @@ from pathlib import Path
 
 from .config import ParallelRunConfig
 from .control import Cancel
+from .driver.termination import exit_when_overdue
 from .environment import public_config, secret_fields
 from .errors import StepFailed
 from .step import run_step
-from .store.runs import CALLABLES_FILE, STEP_FILE, RunIndex, cancel_requested, read_summary, write_summary
+from .store.runs import CALLABLES_FILE, SECRETS_FILE, STEP_FILE, RunIndex, cancel_requested, read_summary, write_summary
 from .summary import RunSummary
 
 #: The environment variable through which a detached run gets the fields step.json holds masked
@@ -62,6 +64,36 @@ def prepare(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callabl
     queued(run_dir, run_id, config.name, pid=None)
 
 
+def hand_secrets(run_dir: Path, fields: dict[str, object]) -> None:
+    """Leave the masked fields' values for a driver that cannot be given them in its environment (a Ray
+    job): a file only this user can read (created so, never wider for a moment), read once and removed."""
+    path = run_dir / SECRETS_FILE
+    tmp = path.with_name(f".{SECRETS_FILE}.{os.getpid()}.tmp")
+    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        json.dump(fields, file)
+    os.replace(tmp, path)
+
+
+def withdraw_secrets(run_dir: Path) -> None:
+    """Remove the handed secrets of a driver that will not start (its job was refused)."""
+    (run_dir / SECRETS_FILE).unlink(missing_ok=True)
+
+
+def _taken_secrets(run_dir: Path) -> dict[str, object]:
+    """The masked fields' values: from this process's environment (a detached run), or the file a Ray job
+    was handed, removed as soon as it is read."""
+    if ENVIRONMENT_VARIABLE in os.environ:
+        return dict(json.loads(os.environ.pop(ENVIRONMENT_VARIABLE)))
+    path = run_dir / SECRETS_FILE
+    try:
+        fields = dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return {}
+    path.unlink(missing_ok=True)
+    return fields
+
+
 def register(config: ParallelRunConfig, run_dir: Path, run_id: str, pid: int | None) -> None:
     """List a submitted run in the run root's index (`runs`, and run ids for `status`)."""
     index = RunIndex(config.resolved_run_root())
@@ -90,16 +122,18 @@ def main(run_dir: str, run_id: str) -> int:
         )
         return 2
     data = json.loads(step.read_text())
-    data.update(json.loads(os.environ.pop(ENVIRONMENT_VARIABLE, "{}")))  # the fields step.json holds masked
+    data.update(_taken_secrets(Path(run_dir)))  # the fields step.json holds masked
     config = ParallelRunConfig.model_validate(data)
     callables = Path(run_dir, CALLABLES_FILE)
     entry_callables = callables.read_bytes() if callables.exists() else None
     queued(Path(run_dir), run_id, config.name, pid=os.getpid())  # now `status` can tell if it dies
     cancel = Cancel()
-    signal.signal(
-        signal.SIGTERM,
-        lambda *_: cancel.cancel(cancel_requested(Path(run_dir)) or "canceled by the user (SIGTERM)"),
-    )
+
+    def terminate(*_: object) -> None:
+        cancel.cancel(cancel_requested(Path(run_dir)) or "canceled by the user (SIGTERM)")
+        exit_when_overdue(cancel, config.termination_grace)
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         run_step(config, run_dir=run_dir, run_id=run_id, cancel=cancel, entry_callables=entry_callables)
     except StepFailed:

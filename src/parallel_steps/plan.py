@@ -10,7 +10,7 @@ fingerprinted by the workers that read them).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .checks import check_step
@@ -34,10 +34,19 @@ _CHUNK = 100  # mini-batches planned at a time: a few milliseconds of the driver
 class RunPlan:
     """The plan of one run, and the counts it implies (planned, reused, taken from this run's own past, new)."""
 
-    def __init__(self, settings: PlanSettings, ledger: Ledger, run_id: str, resumed: bool = False):
+    def __init__(
+        self,
+        settings: PlanSettings,
+        ledger: Ledger,
+        run_id: str,
+        resumed: bool = False,
+        check: Callable[[], None] | None = None,
+    ):
         """`resumed`: a restart, or a rerun in the same folder; the counts of work done (workers started,
-        attempts retried) go on from where the run's earlier attempts left them in the ledger."""
+        attempts retried) go on from where the run's earlier attempts left them in the ledger. `check`
+        is called between two chunks of the plan and may raise to stop planning (a cancel)."""
         self.settings, self.ledger, self.run_id = settings, ledger, run_id
+        self._check = check or (lambda: None)
         self.counters = Counters()
         if resumed:
             for name in RESUMED_COUNTS:
@@ -65,6 +74,7 @@ class RunPlan:
             rows = ((mini_batch, sources.find(mini_batch), None) for mini_batch in planner.mini_batches())
         self.ledger.clear_plan()
         while chunk := list(itertools.islice(rows, _CHUNK)):
+            self._check()
             self._add(chunk)
         if isinstance(planner, IncrementalPlanner):
             self.diff = planner.diff

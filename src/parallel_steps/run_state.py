@@ -10,6 +10,7 @@ directory that the driver checks, so it works from any process that sees the fol
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,12 +57,16 @@ def run_status(run: str, run_root: str | None = None, mini_batches: bool = False
     """
     run_dir = resolve_run(run, run_root)
     ray_job = read_ray_job(run_dir)
-    summary = read_summary(run_dir) or {
-        "run_id": run_dir.name,
-        "status": "Queued",
-        "status_reason": "not started",
-        "run_dir": str(run_dir),
-    }
+    summary = (
+        read_summary(run_dir)
+        or _unreadable(run_dir, run_root)
+        or {
+            "run_id": run_dir.name,
+            "status": "Queued",
+            "status_reason": "not started",
+            "run_dir": str(run_dir),
+        }
+    )
     if summary["status"] in ACTIVE and (ended := _ended(summary, ray_job)):
         summary = read_summary(run_dir) or summary  # the driver may have written its end meanwhile
         if summary["status"] in ACTIVE:
@@ -88,6 +93,29 @@ def run_status(run: str, run_root: str | None = None, mini_batches: bool = False
     finally:
         ledger.close()
     return summary
+
+
+def _unreadable(run_dir: Path, run_root: str | None) -> dict[str, Any] | None:
+    """A run.json that is there but damaged (run.json is written whole, by a rename): the summary the run's
+    end left in the index, else an error saying how to go on; None when there is no run.json (yet)."""
+    path = run_dir / "run.json"
+    if not path.exists():
+        return None
+    ledger = Ledger.open_readonly(run_dir / "ledger.sqlite")
+    run_id = (ledger.get("run_id") if ledger else None) or run_dir.name
+    if ledger:
+        ledger.close()
+    index = RunIndex(default_run_root(run_root))
+    try:
+        record = index.get(run_id)
+    finally:
+        index.close()
+    if record and record["status"] in TERMINAL and record.get("summary"):
+        return dict(json.loads(record["summary"]))
+    raise InputError(
+        str(path),
+        "is damaged (not a JSON summary); rerun the step in the same run directory: it resumes and writes it again",
+    )
 
 
 def driver_ended(run_dir: Path, summary: Mapping[str, Any]) -> tuple[str, str] | None:

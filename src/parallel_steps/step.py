@@ -16,13 +16,14 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from logging import Logger
 from pathlib import Path
 
 from .checks import check_step
 from .config import ParallelRunConfig
-from .control import Cancel
-from .driver import CANCEL_GRACE_S, Driver, EventCallback, ProgressCallback, Reporter, threshold_breach
+from .control import Cancel, JobCanceled
+from .driver import Driver, EventCallback, ProgressCallback, Reporter, Termination, threshold_breach
 from .environment import public_config, storage_settings
 from .errors import ConfigError, InputError, StepFailed
 from .inputs import storage_options
@@ -39,6 +40,7 @@ from .store.logs import timestamp
 from .store.output import assemble, spool_format
 from .store.rundir import RunDirectory
 from .store.runs import RunIndex, key_lock, write_summary
+from .store.space import no_space_line, out_of_space, where_it_fits
 from .summary import RunStatus, RunSummary, summarize
 
 
@@ -135,8 +137,9 @@ class _StepRun:
     def _execute(self, index: RunIndex) -> RunSummary:
         """Plan and run in the locked run directory; what is left of it afterwards."""
         self.run.drop_stale_cancel(self.started_at)
+        self.termination = Termination(self.cancel, self.config.termination_grace, self.run.path)
         self.workers = RunWorkers(self.config, self.checked, self.entry_callables, self.run)
-        self.plan = RunPlan(self.config.plan_settings(), self.run.ledger, self.run.run_id, self.run.resumed)
+        self.plan = self._new_plan()
         try:
             summary = self._plan_and_run(index)
         except (InputError, ConfigError):  # a user error, found before any mini-batch ran: leave no trace
@@ -153,10 +156,16 @@ class _StepRun:
         with contextlib.ExitStack() as stack:
             scope = stack.enter_context(contextlib.ExitStack())  # the workers': closed before the output is assembled
             lock = inputs_key(self.code, self.config.inputs)
-            stack.enter_context(key_lock(self.run_root, lock, self.config.first_task_creation_timeout))
-            sources = self._sources(index)
+            try:
+                check = self.termination.check
+                stack.enter_context(key_lock(self.run_root, lock, self.config.first_task_creation_timeout, check))
+                sources = self._sources(index)
+                if sources:
+                    self.plan.whole(sources)  # whole: whole-step reuse needs every fingerprint
+            except JobCanceled:  # waiting for another run, or planning: nothing ran; a rerun plans again
+                self.run.ledger.rollback()
+                return self._run(index, scope, iter(()), None)
             if sources:
-                self.plan.whole(sources)  # whole: whole-step reuse needs every fingerprint
                 key = step_key(self.code, self.run.ledger.fingerprints())
                 if self.config.allow_reuse and (
                     summary := restore_whole_step(index, key, self.run, self.config, self.started_at)
@@ -183,7 +192,7 @@ class _StepRun:
         if self.config.ignored_fields:
             ignored = ", ".join(self.config.ignored_fields)
             log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
-        if not self.plan.counters.planning:
+        if not self.plan.counters.planning and self.termination.reason is None:  # a plan canceled is no plan
             self._log_plan()
         running = self._summary(RunStatus.RUNNING, "running")
         write_summary(run.path, RunSummary(**running, pid=os.getpid(), host=os.uname().nodename))
@@ -191,12 +200,23 @@ class _StepRun:
             try:
                 status, reason = self._drive(scope, pending, pool)
                 if status == RunStatus.SUCCEEDED:
-                    self._deliver_output()
+                    self.output_file = _deliver_output(self.run, self.config, self.termination.check, self.log)
+                    self._count_output()
+                break
+            except JobCanceled as stop:  # in a phase of the step's own (driver/termination.py)
+                scope.close()
+                status, reason = RunStatus.CANCELED, str(stop)
                 break
             except (ConfigError, InputError):  # found when the workers start (e.g. a bad ray_address)
                 logs.close(log)
                 raise
             except Exception as exc:  # a system error of the driver itself
+                if out_of_space(exc):  # a restart cannot make space
+                    status, reason = RunStatus.FAILED, no_space_line(exc, run.path)
+                    log.error("%s", reason)
+                    with where_it_fits():
+                        scope.close()
+                    break
                 log.exception("system error")
                 scope.close()
                 if len(self.restarts) >= self.config.max_job_restarts:
@@ -219,7 +239,7 @@ class _StepRun:
         self.run.logs.flush()
         self.run.ledger.rollback()
         self.run.resumed = True
-        self.plan = RunPlan(self.config.plan_settings(), self.run.ledger, self.run.run_id, self.run.resumed)
+        self.plan = self._new_plan()
         self.plan.whole(self._sources(index))
         self._log_plan()
         return self.run.ledger.pending()
@@ -227,6 +247,7 @@ class _StepRun:
     def _drive(
         self, scope: contextlib.ExitStack, pending: Iterator[MiniBatch], pool: WorkerPool | None
     ) -> tuple[RunStatus, str]:
+        self.termination.check()
         counters = self.plan.counters
         if not counters.planning and counters.done == counters.mini_batches_total:
             self.log.info("every mini-batch was reused; no worker started")
@@ -239,39 +260,28 @@ class _StepRun:
         with self.workers.monitor(pool):
             write_plan = self._write_plan if counters.planning else None
             policy = self.config.driver_policy()
-            driver = Driver(
-                policy, self.run.ledger, pool, pending, counters, self.report, self.cancel, self.run.path, write_plan
-            )
+            driver = Driver(policy, self.run.ledger, pool, pending, counters, self.report, self.termination, write_plan)
             status, reason = driver.run()
-        pool.close(self._shutdown_grace(status))  # workers stop (and run shutdown()) before the output
-        scope.close()
+        grace = self.termination.shutdown_grace(self.config.shutdown_seconds)  # after a cancel: its share
+        with self.termination.guard(pool, self.log):  # a cancel now bounds shutdown() too
+            pool.close(grace)  # workers stop (and run shutdown()) before the output
+            scope.close()
         self.run.logs.write_error_summary(driver.errors.summary())
         self.shutdown_cut_off += pool.shutdown_cut_off
         for worker in pool.shutdown_cut_off:
-            self.log.warning(
-                "%s: shutdown() was cut off after %g s; the worker was killed", worker, self._shutdown_grace(status)
-            )
+            self.log.warning("%s: shutdown() was cut off after %g s; the worker was killed", worker, round(grace, 1))
             self.report.emit("shutdown_cut_off", worker=worker)
         return status, reason
 
-    def _shutdown_grace(self, status: RunStatus) -> float:
-        """How long idle workers' shutdown() may take: the configured bound, shorter after a cancel,
-        none after a second cancel."""
-        if status != RunStatus.CANCELED:
-            return self.config.shutdown_seconds
-        return 0.0 if getattr(self.cancel, "urgent", False) else min(self.config.shutdown_seconds, CANCEL_GRACE_S)
+    def _count_output(self) -> None:
+        """The rows and bytes of the output file, for the summary (and the engines' lineage)."""
+        if self.config.output_action == "append_row":
+            self.rows_written = self.run.ledger.rows_written()
+            self.output_bytes = (self.run.output_dir / self.config.append_row_file_name).stat().st_size
 
-    def _deliver_output(self) -> None:
-        run, config = self.run, self.config
-        if config.output_action == "append_row":
-            target = run.output_dir / config.append_row_file_name
-            assemble(run.ledger.parts(), target, spool_format(config.output_format, config.append_row_dataframe_header))
-            self.rows_written, self.output_bytes = run.ledger.rows_written(), target.stat().st_size
-            self.output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
-            self.log.info("output assembled: %s", target)
-        if run.output_url:  # the output file last: once it is there, so is everything the script wrote
-            upload(run.output_dir, run.output_url, last=config.append_row_file_name)
-            self.log.info("output uploaded to %s", mask_urls(run.output_url))
+    def _new_plan(self) -> RunPlan:
+        settings, run = self.config.plan_settings(), self.run
+        return RunPlan(settings, run.ledger, run.run_id, run.resumed, check=self.termination.check)
 
     def _write_plan(self) -> list[MiniBatch]:
         """The plan's next chunk, written into the ledger, for the driver; the plan is logged once complete."""
@@ -284,12 +294,8 @@ class _StepRun:
 
     def _log_plan(self) -> None:
         counters = self.plan.counters
-        self.log.info(
-            "%d mini-batches planned; %d reused%s",
-            counters.mini_batches_total,
-            counters.mini_batches_reused,
-            " (resumed)" if self.run.resumed else "",
-        )
+        total, reused = counters.mini_batches_total, counters.mini_batches_reused
+        self.log.info("%d mini-batches planned; %d reused%s", total, reused, " (resumed)" if self.run.resumed else "")
         for note in self.plan.notes:
             self.log.warning("plan: %s", note)
 
@@ -319,6 +325,19 @@ class _StepRun:
         )
 
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:
+        """The run's records (ledger, report, run.json, job_result.txt), then its row in the index. A disk
+        that fills now fails the run in one line; what still fits of the records is written."""
+        try:
+            self._write_records(index, summary)
+        except Exception as exc:
+            if not out_of_space(exc):
+                raise
+            _records_lost(self.run, summary, exc)
+        with where_it_fits():
+            self.run.logs.close(self.log)
+        index.update(self.run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
+
+    def _write_records(self, index: RunIndex, summary: RunSummary) -> None:
         run, logs = self.run, self.run.logs
         fingerprints = run.ledger.fingerprints()
         if summary.status == RunStatus.SUCCEEDED and all(fingerprints):  # whole-step reuse finds it by this key
@@ -326,7 +345,10 @@ class _StepRun:
         run.ledger.set(status=summary.status.value)
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
-        summary["report"] = write_run_report(run.path, summary, self.log) if self.config.report else None
+        summary["report"] = None
+        if self.config.report:  # bounded: a canceled run does not wait for its report past the grace
+            write = lambda: write_run_report(run.path, summary, self.log)  # noqa: E731
+            summary["report"] = self.termination.bounded(write, "the report", self.log)
         if summary.status == RunStatus.SUCCEEDED and run.output_url and self.config.upload_report:
             summary["report_url"] = upload_report(
                 summary["report"], run.output_url, self.config.append_row_file_name, self.log
@@ -336,5 +358,29 @@ class _StepRun:
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
         self.log.info("%s: %s", summary.status, summary.status_reason)
-        logs.close(self.log)
-        index.update(run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
+
+
+def _deliver_output(run: RunDirectory, config: ParallelRunConfig, check: Callable[[], None], log: Logger) -> str | None:
+    """The output file (its path or URL), then the upload; `check` (a cancel) stops either between two
+    slices or files: nothing partial is left where the output goes, and a rerun delivers it."""
+    check()
+    output_file = None
+    if config.output_action == "append_row":
+        target = run.output_dir / config.append_row_file_name
+        fmt = spool_format(config.output_format, config.append_row_dataframe_header)
+        assemble(run.ledger.parts(), target, fmt, check=check)
+        output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
+        log.info("output assembled: %s", target)
+    if run.output_url:  # the output file last: once it is there, so is everything the script wrote
+        upload(run.output_dir, run.output_url, last=config.append_row_file_name, check=check)
+        log.info("output uploaded to %s", mask_urls(run.output_url))
+    return output_file
+
+
+def _records_lost(run: RunDirectory, summary: RunSummary, exc: Exception) -> None:
+    """The disk filled while the run's records were written: the run failed, in one line, written where it fits."""
+    summary.update(status=RunStatus.FAILED, status_reason=no_space_line(exc, run.path), report=None)
+    with where_it_fits():
+        run.ledger.close()
+    with where_it_fits():
+        write_summary(run.path, summary)

@@ -14,6 +14,7 @@ import collections
 import itertools
 import json
 import math
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.control import Cancel
-from parallel_steps.driver import Driver, Reporter, dispatch, health, progress
+from parallel_steps.driver import Driver, Reporter, dispatch, health, progress, termination
 from parallel_steps.driver import cancel as cancel_watch
 from parallel_steps.inputs.minibatch import MiniBatch
 from parallel_steps.pool.base import PoolSettings, WorkerPool
@@ -240,7 +241,7 @@ class Result:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     clock = Clock()
-    for module in (dispatch, cancel_watch, health, progress):
+    for module in (dispatch, cancel_watch, termination, health, progress):
         monkeypatch.setattr(module, "time", clock)
     return clock
 
@@ -308,7 +309,14 @@ def drive(tmp_path, clock):
         )
         with pool:
             driver = Driver(
-                config.driver_policy(), ledger, pool, pending, counters, reporter, cancel, run_dir, write_plan
+                config.driver_policy(),
+                ledger,
+                pool,
+                pending,
+                counters,
+                reporter,
+                termination.Termination(cancel or threading.Event(), config.termination_grace, run_dir),
+                write_plan,
             )
             status, reason = driver.run()
         ledger.commit()

@@ -24,6 +24,7 @@ from parallel_steps.jobs import submit
 from ray_head import GATED_NAMES, jobs_client, ray_head_as_client, write_gated_step
 
 SECRET = "hush-7f3a"
+STORAGE_SECRET = "hush-storage-91c2"
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,7 @@ def step(tmp_path: Path) -> Path:
         "run_invocation_timeout: 600",
         "allow_reuse: false",
         f"environment_variables: {json.dumps(environment)}",
+        f'storage_options: {{"s3://unused-bucket": {{"secret": "{STORAGE_SECRET}"}}}}',
     ]
     (tmp_path / "step.yaml").write_text("\n".join(lines) + "\n")
     return tmp_path / "step.yaml"
@@ -125,10 +127,17 @@ def test_a_detached_ray_job_run_is_followed_from_another_shell(cluster, step, tm
 
     info = job_info(cluster, job_id)
     assert info.status == "SUCCEEDED"
-    assert SECRET not in info.entrypoint + json.dumps(info.metadata)
-    assert SECRET in json.dumps(info.runtime_env["env_vars"])  # what Ray shows of environment_variables
-    for name in ("step.json", "run.json", "ray_job.json"):
-        assert SECRET not in (run_dir / name).read_text()
+    client = jobs_client(cluster)
+    shown = [  # what the Jobs API, `ray job list` and the dashboard's job endpoint show of the job, and its logs
+        json.dumps(info.dict(), default=str),
+        json.dumps([job.dict() for job in client.list_jobs()], default=str),
+        client.get_job_logs(job_id),
+    ]
+    for secret in (SECRET, STORAGE_SECRET):
+        assert not [text for text in shown if secret in text]
+        for name in ("step.json", "run.json", "ray_job.json"):
+            assert secret not in (run_dir / name).read_text()
+    assert not (run_dir / "driver_secrets.json").exists()  # the driver's handed secrets, removed once read
 
 
 def test_cancel_from_another_shell_stops_the_ray_job_and_its_workers(cluster, step, tmp_path):

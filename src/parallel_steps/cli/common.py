@@ -14,6 +14,7 @@ from typing import Any
 
 from ..config import ParallelRunConfig
 from ..control import Cancel
+from ..driver.termination import exit_when_overdue
 from ..errors import ConfigError
 from ..follow import RunHooks, Throttle, items_and_rate, progress_line
 from ..step_config import layered_config
@@ -87,8 +88,9 @@ def config_from_args(args: argparse.Namespace, script_args: list[str] | None) ->
     return layered_config(args.step_file, values)
 
 
-def cancel_on_signals() -> Cancel:
-    """SIGINT and SIGTERM cancel the run gracefully; a second one stops it at once."""
+def cancel_on_signals(grace: float | None = None) -> Cancel:
+    """SIGINT and SIGTERM cancel the run gracefully; a second one stops it at once. With a `grace` (the
+    step's termination_grace), the command exits by itself when the run has not ended by then."""
     cancel = Cancel()
 
     def handle(signum: int, _frame: Any) -> None:
@@ -96,6 +98,8 @@ def cancel_on_signals() -> Cancel:
         if cancel.is_set():
             print(f"parallel-steps: {name} again: stopping every worker now", file=sys.stderr, flush=True)
         cancel.cancel(f"canceled by the user ({name})")
+        if grace is not None:
+            exit_when_overdue(cancel, grace)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, handle)

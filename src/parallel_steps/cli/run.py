@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         status = run_status(str(run_dir))
         print(json.dumps(status) if args.json else f"{status['run_id']} {run_dir}")
         return 0
-    cancel = cancel_on_signals()  # Ctrl-C or SIGTERM cancels the run, wherever its driver runs
+    cancel = cancel_on_signals(config.termination_grace)  # Ctrl-C or SIGTERM cancels the run, wherever its driver runs
     progress = Progress()
     try:
         summary = launcher.run(progress, cancel)

@@ -2,22 +2,23 @@
 
 dispatch.py  Driver: hands mini-batches to workers, records outcomes, commits
 outcomes.py  what becomes of each attempt: ledger row, attempt log, counters, retry decision
-cancel.py    when a canceled run stops: the cancel flag or request file, then a short drain
+cancel.py    when a canceled run's loop stops: the cancel, then a short drain
+termination.py  the termination contract: every phase of a canceled run ends within termination_grace
 faults.py    which failed attempts are retried; errors grouped by signature
 health.py    thresholds, the init() policy, no-progress timeouts
 progress.py  progress snapshots and job events to files and callbacks
 """
 
-from .cancel import CANCEL_GRACE_S
 from .dispatch import Driver
 from .health import threshold_breach
 from .progress import EventCallback, ProgressCallback, Reporter
+from .termination import Termination
 
 __all__ = [
-    "CANCEL_GRACE_S",
     "Driver",
     "EventCallback",
     "ProgressCallback",
     "Reporter",
+    "Termination",
     "threshold_breach",
 ]

@@ -1,32 +1,26 @@
-"""When a canceled run stops: the cancel flag or a cancel request file, then a short drain.
+"""When a canceled run's loop stops: the cancel came, then a short drain.
 
 Front ends cancel in two ways (the flag set by signals, on_kill or Prefect; a file
-written by `parallel-steps cancel`); the driver asks one question, `check`, once per
-turn of its loop. Apart from the driver so the drain (no new mini-batch starts, the
-ones in flight get CANCEL_GRACE_S, none after a second cancel) has one owner.
+written by `parallel-steps cancel`); `termination.Termination` reads both and owns the
+timings. The driver asks one question, `check`, once per turn of its loop: no new
+mini-batch starts after a cancel, the ones in flight may finish until the drain ends
+(half of `termination_grace`; none after a second cancel).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from pathlib import Path
 
-from ..control import Cancel, JobCanceled
-from ..store.runs import cancel_requested
-
-CANCEL_GRACE_S = 10.0  # how long mini-batches in flight may finish after a cancel before workers are killed
-_CHECK_EVERY_S = 0.5  # how often the cancel request file is looked for
+from ..control import JobCanceled
+from .termination import Termination
 
 
 class CancelWatch:
-    """Watches one run's cancel flag and cancel request file; `draining` once a cancel came."""
+    """Watches one run's cancel; `draining` once a cancel came."""
 
-    def __init__(self, cancel: threading.Event, run_dir: Path | None, log: logging.Logger):
-        self.cancel, self.run_dir, self.log = cancel, run_dir, log
-        self._next_check = 0.0
-        self._requested: str | None = None  # the reason of a cancel request file
+    def __init__(self, termination: Termination, log: logging.Logger):
+        self.termination, self.log = termination, log
         self._drain_until: float | None = None  # set by a cancel: in-flight mini-batches may finish until then
 
     @property
@@ -37,21 +31,14 @@ class CancelWatch:
     def check(self, in_flight: bool) -> None:
         """Raise JobCanceled once a cancel came and nothing is `in_flight`, the drain is over, or the
         cancel is urgent; until then only start draining."""
-        reason = self._reason()
+        termination = self.termination
+        reason = termination.reason
         if reason is None:
             return
-        now = time.monotonic()
+        drain_until = termination.drain_ends() or time.monotonic()
         if self._drain_until is None:
-            self._drain_until = now + CANCEL_GRACE_S
-            self.log.warning("%s; mini-batches in flight may finish within %g s", reason, CANCEL_GRACE_S)
-        if not in_flight or now >= self._drain_until or getattr(self.cancel, "urgent", False):
+            self._drain_until = drain_until
+            left = max(0.0, drain_until - time.monotonic())
+            self.log.warning("%s; mini-batches in flight may finish within %g s", reason, round(left, 1))
+        if not in_flight or time.monotonic() >= drain_until:
             raise JobCanceled(reason)
-
-    def _reason(self) -> str | None:
-        if self.cancel.is_set():
-            return getattr(self.cancel, "reason", Cancel.reason)
-        now = time.monotonic()
-        if self._requested is None and self.run_dir is not None and now >= self._next_check:
-            self._next_check = now + _CHECK_EVERY_S
-            self._requested = cancel_requested(self.run_dir)
-        return self._requested

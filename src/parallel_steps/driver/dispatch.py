@@ -17,7 +17,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from ..config_sections import DriverPolicy
 from ..control import JobStopped
@@ -41,6 +40,7 @@ from .faults import ErrorGroups, RetryPolicy
 from .health import JobHealth
 from .outcomes import Attempt, Outcomes
 from .progress import Reporter
+from .termination import Termination
 
 _TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
 _COMMIT_WAIT_S = 0.1  # the longest the loop waits holding uncommitted results
@@ -64,14 +64,13 @@ class Driver:
         pending: Iterator[MiniBatch],
         counters: Counters,
         report: Reporter,
-        cancel: threading.Event | None = None,
-        run_dir: Path | None = None,
+        termination: Termination | None = None,
         write_plan: Callable[[], list[MiniBatch]] | None = None,
     ):
         self.ledger, self.pool, self.counters, self.report = ledger, pool, counters, report
         self.run_invocation_timeout = policy.run_invocation_timeout
         self.logs, self.log = report.logs, report.log
-        self.canceled = CancelWatch(cancel or threading.Event(), run_dir, report.log)
+        self.canceled = CancelWatch(termination or Termination(threading.Event(), policy.termination_grace), report.log)
         self.retries = RetryPolicy(
             policy.fault_tolerant_policy, policy.run_max_try, policy.retryable_errors, policy.retryable_exit_codes
         )

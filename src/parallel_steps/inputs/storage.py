@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import io
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, cast
 
@@ -180,16 +180,19 @@ class _RangeFile(io.RawIOBase):
         return self.read(-1)
 
 
-def upload(local: Path, url: str, last: str | None = None) -> None:
+def upload(local: Path, url: str, last: str | None = None, check: Callable[[], None] | None = None) -> None:
     """Copy a local file, or every file under a local folder (same relative places), to a URL. Each object
     appears only whole: stores whose put is atomic get it directly, other filesystems a temporary name that
-    is then renamed. `last` (a file name in the folder) goes last, so that once it is there, all is."""
+    is then renamed. `last` (a file name in the folder) goes last, so that once it is there, all is.
+    `check`, called before each file, may raise to stop (a cancel)."""
     filesystem, inner = filesystem_of(url)
     files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
     files.sort(key=lambda path: path.name == last)
     atomic = _protocol(filesystem) in _ATOMIC_PUT
     made: set[str] = set()
     for path in files:
+        if check is not None:
+            check()
         target = inner if path == local else f"{inner.rstrip('/')}/{path.relative_to(local).as_posix()}"
         parent = filesystem._parent(target)
         if not atomic and parent not in made:

@@ -114,6 +114,12 @@ class WorkerPool(abc.ABC):
         `shutdown_cut_off`. Idempotent; returns within the bound plus a few seconds, whatever
         the entry script does."""
 
+    def kill_workers(self) -> None:
+        """Kill every worker now; safe from another thread (the termination guard), so that a `close`
+        waiting on a shutdown() that sleeps returns."""
+        for handle in list(self._handles.values()):
+            handle.kill()
+
     def processes(self) -> dict[str, list[tuple[str, int]]]:
         """node id -> [(process name, pid)] of live workers this machine can observe (resource monitor)."""
         found: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..inputs.members import EarlierBatch, token_checks
 from ..inputs.minibatch import MiniBatch
 from .ledger_members import MEMBERS_SCHEMA, MemberWriter
@@ -70,7 +71,9 @@ CREATE TABLE IF NOT EXISTS attempts (                -- failed attempts (the suc
 );
 """
 
-_LAYOUT = 3  # PRAGMA user_version; a ledger of another layout is rebuilt, and is no reuse source
+_LAYOUT = 3  # PRAGMA user_version; a ledger of an older layout is rebuilt, and is no reuse source
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)  # what a truncated or overwritten file gives
+_GO_ON = "rerun the step in a fresh run directory (--run-dir), or delete this one and rerun it"
 _TABLES = ("meta", "names", "members", "mini_batches", "attempts")
 
 _SUCCEED = (
@@ -94,18 +97,43 @@ class Ledger(LedgerQueries):
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
         uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        existed = self.path.is_file() and self.path.stat().st_size > 0
         self._db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level="DEFERRED", check_same_thread=False)
         self._base = None if str(path) == ":memory:" else self.path.absolute().parent
         if not readonly:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            if self.layout() != _LAYOUT:  # written by another version: nothing in it can be resumed
-                drops = " ".join(f"DROP TABLE IF EXISTS {table};" for table in _TABLES)
-                self._db.executescript(f"{drops} PRAGMA user_version={_LAYOUT};")
-            self._db.executescript(_SCHEMA)
+            try:
+                self._open_for_writing(existed)
+            except sqlite3.DatabaseError as exc:
+                self._db.close()
+                if getattr(exc, "sqlite_errorcode", None) not in _DAMAGED:
+                    raise
+                raise InputError(str(self.path), f"is damaged ({exc}); {_GO_ON}") from None
+            except InputError:
+                self._db.close()
+                raise
         self._members = None if readonly else MemberWriter(self._db)
         self._successes: list[tuple[Any, ...]] = []  # written by commit(), many rows per statement
         self._ids: dict[str, int] = {}
+        self._closed = False
+
+    def _open_for_writing(self, existed: bool) -> None:
+        """WAL; a ledger that was there already checked whole and of a layout this version can read (an
+        older one is rebuilt: nothing in it can be resumed; a newer one is refused, not wiped)."""
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        if existed and (found := self._db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+            raise InputError(str(self.path), f"is damaged ({found}); {_GO_ON}")
+        layout = self.layout()
+        if layout > _LAYOUT:
+            raise InputError(
+                str(self.path),
+                f"was written by a newer parallel-steps (ledger layout {layout}; this version reads {_LAYOUT}); "
+                "rerun the step with that version, or in a fresh run directory",
+            )
+        if layout != _LAYOUT:
+            drops = " ".join(f"DROP TABLE IF EXISTS {table};" for table in _TABLES)
+            self._db.executescript(f"{drops} PRAGMA user_version={_LAYOUT};")
+        self._db.executescript(_SCHEMA)
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
@@ -120,9 +148,16 @@ class Ledger(LedgerQueries):
             return None
 
     def close(self) -> None:
-        if self._members is not None:
-            self.commit()
-        self._db.close()
+        """Commit (a writer) and close, once; closed also when the commit fails (a full disk: SQLite rolls
+        it back)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._members is not None:
+                self.commit()
+        finally:
+            self._db.close()
 
     def commit(self) -> None:
         if self._members is not None:

@@ -113,7 +113,7 @@ class RunLogs:
         logger = logging.getLogger(f"parallel_steps.run.{run_id}")
         logger.setLevel(logging.INFO)
         logger.addFilter(URL_MASKING)  # URLs' passwords and query strings, in every line
-        self._master_handler = logging.FileHandler(self.master_role, encoding="utf-8")
+        self._master_handler = _QuietFileHandler(self.master_role, encoding="utf-8")
         self._master_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(self._master_handler)
         return logger
@@ -352,3 +352,11 @@ def _sections(path: Path) -> list[str]:
         return [s for s in re.split(rf"(?m)^(?={_SECTION})", path.read_text(errors="replace")) if s]
     except OSError:
         return []
+
+
+class _QuietFileHandler(logging.FileHandler):
+    """The driver's log file: a line that cannot be written (a full disk) is lost, not printed with a
+    traceback on the user's terminal; the run's end says what happened (store/space.py)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass

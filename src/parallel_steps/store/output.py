@@ -16,7 +16,7 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -144,12 +144,15 @@ def _to_arrow(result: Any) -> pa.Table:
 
 
 class _SliceReader:
-    """Reads slices, keeping each spool file open once."""
+    """Reads slices, keeping each spool file open once; `check` before each (it may raise: a cancel)."""
 
-    def __init__(self) -> None:
+    def __init__(self, check: Callable[[], None] | None = None) -> None:
         self._files: dict[str, BinaryIO] = {}
+        self._check = check
 
     def read(self, part: Part) -> bytes:
+        if self._check is not None:
+            self._check()
         file = self._files.get(part.path)
         if file is None:
             file = self._files[part.path] = open(part.path, "rb")
@@ -161,11 +164,12 @@ class _SliceReader:
             file.close()
 
 
-def assemble(parts: Iterable[Part], target: Path, fmt: str) -> None:
-    """Write every slice, in the given order, into `target`, atomically."""
+def assemble(parts: Iterable[Part], target: Path, fmt: str, check: Callable[[], None] | None = None) -> None:
+    """Write every slice, in the given order, into `target`, atomically; `check`, called before each slice,
+    may raise to stop (nothing is then left at `target`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    reader = _SliceReader()
+    reader = _SliceReader(check)
     try:
         if fmt == "parquet":
             _assemble_parquet(list(parts), tmp, reader)
@@ -178,6 +182,9 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str) -> None:
                 for part in _coalesced(parts):
                     out.write(reader.read(part))
         os.replace(tmp, target)
+    except OSError as exc:
+        exc.filename = exc.filename or str(target)  # a failed write names no file: the output it was for
+        raise
     finally:
         reader.close()
         tmp.unlink(missing_ok=True)

@@ -52,7 +52,11 @@ class RunDirectory:
         self.output_url = output if output and is_url(output) else None  # staged here, then uploaded
         self.output_dir = Path(output).absolute() if output and not self.output_url else self.path / "output"
         self.created_output = False  # this run made the output folder (removed again on a user error)
-        self.ledger = Ledger(self.path / "ledger.sqlite")
+        try:
+            self.ledger = Ledger(self.path / "ledger.sqlite")  # a damaged one, or a newer version's: one line
+        except Exception:
+            self.release()
+            raise
         self.run_id = self.ledger.get("run_id") or requested_id or self.path.name
         self.resumed = self.ledger.get("code_key") == code
         if not self.resumed:

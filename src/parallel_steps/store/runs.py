@@ -14,7 +14,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +27,7 @@ STEP_FILE = "step.json"  # in a run directory: the configuration of a detached r
 CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
 RAY_JOB_FILE = "ray_job.json"  # in a run directory: the Ray job that runs its driver (submit/ray_job.py)
 DRIVER_LOCK = "driver.lock"  # in a run directory: held by the one driver running it (`hold_driver_lock`)
+SECRETS_FILE = "driver_secrets.json"  # in a run directory (0600): a Ray job driver's secrets, until it reads them
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -145,8 +146,9 @@ def driver_alive(record: dict[str, Any]) -> bool:
 
 
 @contextlib.contextmanager
-def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
-    """Hold the lock of one step key: a second run with the same key waits here (bounded).
+def key_lock(run_root: Path, key: str, timeout: float, check: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the lock of one step key: a second run with the same key waits here (bounded; `check`, called
+    while it waits, may raise to stop waiting: a cancel).
 
     An flock, so a killed holder releases it with its last file descriptor.
     """
@@ -164,6 +166,8 @@ def key_lock(run_root: Path, key: str, timeout: float) -> Iterator[None]:
                         f"another run with the same inputs and settings is still running after {timeout:.0f} s "
                         f"(wait for it, or set allow_reuse=False)"
                     ) from None
+                if check is not None:
+                    check()
                 time.sleep(0.2)
         try:
             yield

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import os
 import re
 import time
@@ -35,7 +34,7 @@ import requests
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from ..config import ParallelRunConfig
-from ..detached import ENVIRONMENT_VARIABLE, prepare, register
+from ..detached import hand_secrets, prepare, register, withdraw_secrets
 from ..environment import secret_fields
 from ..errors import ConfigError, ParallelStepsError
 from ..inputs.storage import is_url
@@ -71,20 +70,21 @@ def submit_or_attach(config: ParallelRunConfig, run_dir: Path, run_id: str, entr
         _wait_for_end(client, latest.submission_id)  # its driver has ended the run and is exiting
     job_id = f"{base}-{_attempt(latest.submission_id, base) + 1 if latest else 1}"
     job_config = _as_the_job_sees_it(config)
-    environment = {ENVIRONMENT_VARIABLE: json.dumps(secret_fields(job_config, resolve=True))}
     prepare(job_config, run_dir, run_id, entry_callables)
+    hand_secrets(run_dir, secret_fields(job_config, resolve=True))  # never in the runtime env: the dashboard shows it
     write_ray_job(run_dir, address, job_id)
     try:
         client.submit_job(
             entrypoint=entrypoint(str(run_dir), run_id, config.ray_job_python),
             submission_id=job_id,
-            runtime_env=_runtime_env(config, run_dir, environment),
+            runtime_env=_runtime_env(config, run_dir),
             metadata={"parallel_steps_step": config.name, "parallel_steps_run_dir": str(run_dir)},
         )
     except Exception as exc:
         if _status(client, job_id) in _ACTIVE:  # another caller submitted this attempt first: follow it
             return
         (run_dir / RAY_JOB_FILE).unlink(missing_ok=True)
+        withdraw_secrets(run_dir)
         raise ConfigError(
             "submit_to", f"the Ray cluster at {address} refused the job: {_last_line(str(exc), exc)}"
         ) from None
@@ -144,13 +144,11 @@ def _as_the_job_sees_it(config: ParallelRunConfig) -> ParallelRunConfig:
     return config.with_overrides(**job)
 
 
-def _runtime_env(config: ParallelRunConfig, run_dir: Path, environment: dict[str, str]) -> dict[str, Any]:
-    """The project as a py_module (the job runs the caller's version), the step's code folder as the
-    working directory, and the workers' environment variables (see `job_ended` for what Ray shows)."""
-    runtime_env: dict[str, Any] = {
-        "py_modules": [_PACKAGE],
-        "env_vars": environment,
-    }
+def _runtime_env(config: ParallelRunConfig, run_dir: Path) -> dict[str, Any]:
+    """The project as a py_module (the job runs the caller's version) and the step's code folder as the
+    working directory; no environment variable, as Ray shows the runtime env to whoever opens the
+    dashboard (the workers' variables reach the driver through `detached.hand_secrets`)."""
+    runtime_env: dict[str, Any] = {"py_modules": [_PACKAGE]}
     code = _code_folder(config)
     if code is not None:
         leave_out = [config.resolved_run_root(), run_dir] + ([Path(config.output)] if config.output else [])
