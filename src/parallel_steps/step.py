@@ -193,15 +193,15 @@ class _StepRun:
             ignored = ", ".join(self.config.ignored_fields)
             log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
         if not self.plan.counters.planning and self.termination.reason is None:  # a plan canceled is no plan
-            self._log_plan()
+            _log_plan(self.plan, self.run.resumed, self.log)
         running = self._summary(RunStatus.RUNNING, "running")
         write_summary(run.path, RunSummary(**running, pid=os.getpid(), host=os.uname().nodename))
         while True:
             try:
                 status, reason = self._drive(scope, pending, pool)
                 if status == RunStatus.SUCCEEDED:
-                    self.output_file = _deliver_output(self.run, self.config, self.termination.check, self.log)
-                    self._count_output()
+                    delivered = _deliver_output(self.run, self.config, self.termination.check, self.log)
+                    self.output_file, self.rows_written, self.output_bytes = delivered
                 break
             except JobCanceled as stop:  # in a phase of the step's own (driver/termination.py)
                 scope.close()
@@ -241,7 +241,7 @@ class _StepRun:
         self.run.resumed = True
         self.plan = self._new_plan()
         self.plan.whole(self._sources(index))
-        self._log_plan()
+        _log_plan(self.plan, self.run.resumed, self.log)
         return self.run.ledger.pending()
 
     def _drive(
@@ -273,12 +273,6 @@ class _StepRun:
             self.report.emit("shutdown_cut_off", worker=worker)
         return status, reason
 
-    def _count_output(self) -> None:
-        """The rows and bytes of the output file, for the summary (and the engines' lineage)."""
-        if self.config.output_action == "append_row":
-            self.rows_written = self.run.ledger.rows_written()
-            self.output_bytes = (self.run.output_dir / self.config.append_row_file_name).stat().st_size
-
     def _new_plan(self) -> RunPlan:
         settings, run = self.config.plan_settings(), self.run
         return RunPlan(settings, run.ledger, run.run_id, run.resumed, check=self.termination.check)
@@ -287,17 +281,10 @@ class _StepRun:
         """The plan's next chunk, written into the ledger, for the driver; the plan is logged once complete."""
         chunk = self.plan.write_next_chunk()
         if not chunk:
-            self._log_plan()
+            _log_plan(self.plan, self.run.resumed, self.log)
         return chunk
 
     # Records ----------------------------------------------------------------------------------
-
-    def _log_plan(self) -> None:
-        counters = self.plan.counters
-        total, reused = counters.mini_batches_total, counters.mini_batches_reused
-        self.log.info("%d mini-batches planned; %d reused%s", total, reused, " (resumed)" if self.run.resumed else "")
-        for note in self.plan.notes:
-            self.log.warning("plan: %s", note)
 
     def _summary(self, status: RunStatus, reason: str) -> RunSummary:
         run = self.run
@@ -345,14 +332,7 @@ class _StepRun:
         run.ledger.set(status=summary.status.value)
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
-        summary["report"] = None
-        if self.config.report:  # bounded: a canceled run does not wait for its report past the grace
-            write = lambda: write_run_report(run.path, summary, self.log)  # noqa: E731
-            summary["report"] = self.termination.bounded(write, "the report", self.log)
-        if summary.status == RunStatus.SUCCEEDED and run.output_url and self.config.upload_report:
-            summary["report_url"] = upload_report(
-                summary["report"], run.output_url, self.config.append_row_file_name, self.log
-            )
+        _write_report(run, self.config, summary, self.termination, self.log)
         write_summary(run.path, summary)
         logs.write_result(summary)
         if not logs.error_summary.exists():
@@ -360,21 +340,45 @@ class _StepRun:
         self.log.info("%s: %s", summary.status, summary.status_reason)
 
 
-def _deliver_output(run: RunDirectory, config: ParallelRunConfig, check: Callable[[], None], log: Logger) -> str | None:
+def _log_plan(plan: RunPlan, resumed: bool, log: Logger) -> None:
+    counters = plan.counters
+    total, reused = counters.mini_batches_total, counters.mini_batches_reused
+    log.info("%d mini-batches planned; %d reused%s", total, reused, " (resumed)" if resumed else "")
+    for note in plan.notes:
+        log.warning("plan: %s", note)
+
+
+def _deliver_output(
+    run: RunDirectory, config: ParallelRunConfig, check: Callable[[], None], log: Logger
+) -> tuple[str | None, int, int | None]:
     """The output file (its path or URL), then the upload; `check` (a cancel) stops either between two
-    slices or files: nothing partial is left where the output goes, and a rerun delivers it."""
+    slices or files: nothing partial is left where the output goes, and a rerun delivers it. Returns the
+    output file, its rows and its bytes (for the summary and the engines' lineage)."""
     check()
-    output_file = None
+    output_file, rows, size = None, 0, None
     if config.output_action == "append_row":
         target = run.output_dir / config.append_row_file_name
         fmt = spool_format(config.output_format, config.append_row_dataframe_header)
         assemble(run.ledger.parts(), target, fmt, check=check)
         output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
+        rows, size = run.ledger.rows_written(), target.stat().st_size
         log.info("output assembled: %s", target)
     if run.output_url:  # the output file last: once it is there, so is everything the script wrote
         upload(run.output_dir, run.output_url, last=config.append_row_file_name, check=check)
         log.info("output uploaded to %s", mask_urls(run.output_url))
-    return output_file
+    return output_file, rows, size
+
+
+def _write_report(
+    run: RunDirectory, config: ParallelRunConfig, summary: RunSummary, termination: Termination, log: Logger
+) -> None:
+    """logs/report.html, bounded (a canceled run does not wait for its report past the grace), and
+    uploaded beside an output URL when the run succeeded."""
+    summary["report"] = None
+    if config.report:
+        summary["report"] = termination.bounded(lambda: write_run_report(run.path, summary, log), "the report", log)
+    if summary.status == RunStatus.SUCCEEDED and run.output_url and config.upload_report:
+        summary["report_url"] = upload_report(summary["report"], run.output_url, config.append_row_file_name, log)
 
 
 def _records_lost(run: RunDirectory, summary: RunSummary, exc: Exception) -> None:
