@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from parallel_steps.store.ledger_queries import SUCCEEDED
+
 SCRIPT = """
 import os
+
 
 def run(mini_batch):
     return [os.path.basename(path) for path in mini_batch]
@@ -64,7 +67,7 @@ def test_a_ledger_overwritten_with_garbage_is_named(tmp_path, finished_run):
 def test_a_run_directory_of_a_newer_version_is_refused_not_wiped(tmp_path, finished_run):
     ledger = tmp_path / "run" / "ledger.sqlite"
     db = sqlite3.connect(ledger)
-    succeeded = db.execute("SELECT count(*) FROM mini_batches WHERE state = 'succeeded'").fetchone()[0]
+    succeeded = db.execute(f"SELECT count(*) FROM mini_batches WHERE state = {SUCCEEDED}").fetchone()[0]
     db.execute("PRAGMA user_version = 99")
     db.commit()
     db.close()
@@ -72,7 +75,7 @@ def test_a_run_directory_of_a_newer_version_is_refused_not_wiped(tmp_path, finis
     line = one_line(cli(tmp_path, *finished_run))
     assert "was written by a newer parallel-steps (ledger layout 99" in line
     db = sqlite3.connect(ledger)
-    assert db.execute("SELECT count(*) FROM mini_batches WHERE state = 'succeeded'").fetchone()[0] == succeeded > 0
+    assert db.execute(f"SELECT count(*) FROM mini_batches WHERE state = {SUCCEEDED}").fetchone()[0] == succeeded > 0
     db.close()
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from parallel_steps.store.ledger_queries import SUCCEEDED
+
 from .test_shutdown import TAG, assert_nothing_left
 
 pytestmark = pytest.mark.slow
@@ -24,6 +26,7 @@ FILES = 300
 # 20 kB per row: 300 rows (6 MB) do not fit in 3 MB.
 BIG_ROWS = """
 import os
+
 
 def run(mini_batch):
     return [os.path.basename(path) + " " + "z" * 20_000 for path in mini_batch]
@@ -90,7 +93,7 @@ def test_a_full_run_directory_fails_the_run_in_one_line_and_a_rerun_resumes(tmp_
     assert not (output / "parallel_run_step.txt").exists()
     ledger = sqlite3.connect(run_dir / "ledger.sqlite")
     assert ledger.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    committed = ledger.execute("SELECT count(*) FROM mini_batches WHERE state = 'succeeded'").fetchone()[0]
+    committed = ledger.execute(f"SELECT count(*) FROM mini_batches WHERE state = {SUCCEEDED}").fetchone()[0]
     ledger.close()
     assert 0 < committed < FILES  # it filled mid-run
     assert_nothing_left(tmp_path)
