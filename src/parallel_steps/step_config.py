@@ -49,15 +49,13 @@ def layered_config(
 def _over(base: StepSpec, given: dict[str, Any]) -> ParallelRunConfig:
     if base is None:
         return ParallelRunConfig.from_dict(given)
-    if isinstance(base, ParallelRunConfig):
-        return base.with_overrides(**given)
-    if isinstance(base, Mapping):
-        return ParallelRunConfig.from_dict({**base, **given})
     if isinstance(base, (str, os.PathLike)):
         return ParallelRunConfig.from_yaml(base, **given)
-    try:  # an object a registered loader reads (an azure-ai-ml job: config_loaders.py)
+    try:  # itself, or an object a registered loader reads (an azure-ai-ml job, itself a Mapping: config_loaders.py)
         return config_of(base).with_overrides(**given)
     except TypeError:
+        if isinstance(base, Mapping):
+            return ParallelRunConfig.from_dict({**base, **given})
         raise ConfigError(
             "parallel_run_config",
             f"expected a ParallelRunConfig, a dict of fields or a step file path, got {type(base).__name__}",
