@@ -115,6 +115,9 @@ def test_a_table_is_read_with_range_requests_of_its_row_groups(tmp_path, s3_env,
     assert proxy.bytes_fetched <= 1.2 * size  # each mini-batch fetched its row groups, not the file
 
 
+OUTPUT_AND_REPORT = ["parallel_run_step.txt", "report.html"]
+
+
 def test_storage_restarting_and_throttling_mid_run_lose_nothing(tmp_path, s3_env, write_script, monkeypatch):
     through, direct, proxy = s3_env
     inputs = _objects(direct, 60)
@@ -153,7 +156,8 @@ def test_storage_restarting_and_throttling_mid_run_lose_nothing(tmp_path, s3_env
     assert proxy.failed > 5
     lines = direct.read_bytes(direct.url("scores", "parallel_run_step.txt")).decode().splitlines()
     assert lines == [f"f{i:04d}.txt {i}" for i in range(60)]  # every row exactly once, in plan order
-    assert direct.listing(direct.url("scores")) == [direct.url("scores", "parallel_run_step.txt")]
+    # the output whole, and the report beside it (upload_report), no temporary object left
+    assert direct.listing(direct.url("scores")) == [direct.url("scores", name) for name in OUTPUT_AND_REPORT]
 
 
 def test_a_failed_upload_leaves_the_earlier_output_and_the_run_resumes(tmp_path, s3_env, write_script):
