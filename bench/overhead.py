@@ -133,6 +133,15 @@ def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: s
     )
 
 
+def install_entry_script(tmp: str) -> None:
+    """The bench's entry script in `tmp`, importable here and in workers, its CPU loops off."""
+    with open(os.path.join(tmp, "bench_entry.py"), "w") as file:
+        file.write(SCRIPT)
+    sys.path.insert(0, tmp)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))
+    os.environ["BENCH_LOOPS"] = "0"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=200_000)
@@ -141,11 +150,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs of each side, alternating")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(tmp, "bench_entry.py"), "w") as file:
-            file.write(SCRIPT)
-        sys.path.insert(0, tmp)
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))
-        os.environ["BENCH_LOOPS"] = "0"
+        install_entry_script(tmp)
         make_files(os.path.join(tmp, "one"), 1)
 
         def one_file() -> float:

@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from overhead import SCRIPT, baseline, make_files  # the same baseline and files as overhead.py
+from overhead import baseline, install_entry_script, make_files  # the same baseline and files as overhead.py
 
 
 class DriverPeak:
@@ -115,11 +115,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side, alternating")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(tmp, "bench_entry.py"), "w") as file:
-            file.write(SCRIPT)
-        sys.path.insert(0, tmp)
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))
-        os.environ["BENCH_LOOPS"] = "0"
+        install_entry_script(tmp)
         make_files(os.path.join(tmp, "one"), 1)
         ours(
             os.path.join(tmp, "one"),
