@@ -65,10 +65,10 @@ def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
         raise ConfigError("type", "'pipeline' is a pipeline of jobs", "run it with: parallel-steps run PIPELINE.yml")
     if job.get("type") != "parallel":
         raise ConfigError("type", f"{job.get('type')!r} is not a parallel job", "parallel-steps runs type: parallel")
-    _known(job, "", _JOB_KEYS)
+    known_keys(job, "", _JOB_KEYS)
     base = file.absolute().parent
     inputs, outputs = _inputs(job.get("inputs") or {}, base), _outputs(job.get("outputs") or {}, base)
-    task = _mapping(job.get("task"), "task")
+    task = mapping_of(job.get("task"), "task")
     ignored = [key for key in IGNORED if key in job] + [f"task.{key}" for key in _TASK_IGNORED if key in task]
     fields: dict[str, Any] = {key: job[key] for key in _SAME if key in job}
     fields |= _name(job) | _resources(job, ignored) | _retries(job)
@@ -86,14 +86,15 @@ def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
     return fields
 
 
-def _known(mapping: dict[str, Any], where: str, keys: tuple[str, ...]) -> None:
+def known_keys(mapping: dict[str, Any], where: str, keys: tuple[str, ...]) -> None:
     """Refuse a key with no meaning here, naming it."""
     unknown = [key for key in mapping if key not in keys]
     if unknown:
         raise ConfigError(f"{where}{unknown[0]}", "has no meaning here", f"supported: {', '.join(sorted(keys))}")
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
+def mapping_of(value: Any, where: str) -> dict[str, Any]:
+    """`value` as a mapping (None: empty), or one line naming `where`."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -113,15 +114,15 @@ def _name(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resources(job: dict[str, Any], ignored: list[str]) -> dict[str, Any]:
-    resources = _mapping(job.get("resources"), "resources")
-    _known(resources, "resources.", ("instance_count", *_RESOURCES_IGNORED))
+    resources = mapping_of(job.get("resources"), "resources")
+    known_keys(resources, "resources.", ("instance_count", *_RESOURCES_IGNORED))
     ignored += [f"resources.{key}" for key in _RESOURCES_IGNORED if key in resources]
     return {"node_count": resources["instance_count"]} if "instance_count" in resources else {}
 
 
 def _retries(job: dict[str, Any]) -> dict[str, Any]:
-    retry = _mapping(job.get("retry_settings"), "retry_settings")
-    _known(retry, "retry_settings.", ("max_retries", "timeout"))
+    retry = mapping_of(job.get("retry_settings"), "retry_settings")
+    known_keys(retry, "retry_settings.", ("max_retries", "timeout"))
     fields: dict[str, Any] = {}
     if "max_retries" in retry:
         fields["run_max_try"] = int(retry["max_retries"]) + 1  # retries after the first attempt
@@ -133,14 +134,14 @@ def _retries(job: dict[str, Any]) -> dict[str, Any]:
 def _inputs(inputs: dict[str, Any], base: Path) -> dict[str, dict[str, Any]]:
     """name -> {"literal": value} or {"type", "path"} of every input."""
     found = {}
-    for name, spec in _mapping(inputs, "inputs").items():
+    for name, spec in mapping_of(inputs, "inputs").items():
         where = f"inputs.{name}"
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
             raise ConfigError(where, "is not a valid input name (letters, digits and _)")
         if not isinstance(spec, dict):
             found[name] = {"literal": spec}
             continue
-        _known(spec, f"{where}.", ("type", "path", "mode", "description"))
+        known_keys(spec, f"{where}.", ("type", "path", "mode", "description"))
         kind = spec.get("type", "uri_folder")
         if kind not in _DATA_TYPES:
             raise ConfigError(
@@ -153,10 +154,10 @@ def _inputs(inputs: dict[str, Any], base: Path) -> dict[str, dict[str, Any]]:
 def _outputs(outputs: dict[str, Any], base: Path) -> dict[str, dict[str, Any]]:
     """name -> {"type", "path"}; path is None where Azure ML chooses the place (`_azure_chooses`)."""
     found = {}
-    for name, spec in _mapping(outputs, "outputs").items():
+    for name, spec in mapping_of(outputs, "outputs").items():
         where = f"outputs.{name}"
-        spec = _mapping(spec, where)
-        _known(spec, f"{where}.", ("type", "path", *_OUTPUT_IGNORED))
+        spec = mapping_of(spec, where)
+        known_keys(spec, f"{where}.", ("type", "path", *_OUTPUT_IGNORED))
         path = spec.get("path")
         local = None if _azure_chooses(path) else _local(path, base, f"{where}.path")
         found[name] = {"type": spec.get("type", "uri_folder"), "path": local, "name": _file_name(path)}
@@ -215,7 +216,7 @@ def _task(
     fields: dict[str, Any],
     ignored: list[str],
 ) -> dict[str, Any]:
-    _known(task, "task.", ("type", "code", "entry_script", "program_arguments", "append_row_to", *_TASK_IGNORED))
+    known_keys(task, "task.", ("type", "code", "entry_script", "program_arguments", "append_row_to", *_TASK_IGNORED))
     if task.get("type", "run_function") != "run_function":
         raise ConfigError("task.type", f"{task['type']!r} is not supported here", "use run_function")
     if "entry_script" not in task:

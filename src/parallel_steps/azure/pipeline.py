@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ConfigError, InputError
 from ..inputs.storage import is_url
 from ..stepfile import read_yaml
+from .job import known_keys, mapping_of
 
 log = logging.getLogger("parallel_steps.azure")
 
@@ -84,13 +85,13 @@ def pipeline_from_data(data: dict[str, Any], file: Path, inputs: dict[str, Any] 
     """The pipeline a mapping describes (a file's, or an SDK object's export); paths relative to `file`'s folder."""
     if data.get("type") != "pipeline":
         raise ConfigError("type", f"{data.get('type')!r} is not a pipeline", "a pipeline file says type: pipeline")
-    _known(data, "", _KEYS)
-    settings = _mapping(data.get("settings"), "settings")
-    _known(settings, "settings.", _SETTINGS)
+    known_keys(data, "", _KEYS)
+    settings = mapping_of(data.get("settings"), "settings")
+    known_keys(settings, "settings.", _SETTINGS)
     used = ("default_datastore", "continue_on_step_failure")
     ignored = [key for key in _IGNORED if key in data] + [f"settings.{key}" for key in settings if key not in used]
     base = file.parent
-    declared = {name: _absolute_data(spec, base) for name, spec in _mapping(data.get("inputs"), "inputs").items()}
+    declared = {name: _absolute_data(spec, base) for name, spec in mapping_of(data.get("inputs"), "inputs").items()}
     given = dict(inputs or {})
     job_inputs = {key: given.pop(key) for key in list(given) if key.startswith("jobs.")}
     for name, value in given.items():
@@ -98,9 +99,10 @@ def pipeline_from_data(data: dict[str, Any], file: Path, inputs: dict[str, Any] 
             raise ConfigError(f"inputs.{name}", "is not an input of the pipeline", f"inputs: {', '.join(declared)}")
         declared[name] = _with_value(declared[name], value, base)
     outputs = {
-        name: _output(spec, f"outputs.{name}", base) for name, spec in _mapping(data.get("outputs"), "outputs").items()
+        name: _output(spec, f"outputs.{name}", base)
+        for name, spec in mapping_of(data.get("outputs"), "outputs").items()
     }
-    jobs = _mapping(data.get("jobs"), "jobs")
+    jobs = mapping_of(data.get("jobs"), "jobs")
     if not jobs:
         raise ConfigError("jobs", "the pipeline has no jobs")
     nodes = [_node(str(name), spec, base, ignored) for name, spec in jobs.items()]
@@ -118,7 +120,7 @@ def _node(name: str, spec: Any, base: Path, ignored: list[str]) -> Node:
     where = f"jobs.{name}"
     if not _NAME.fullmatch(name):
         raise ConfigError(where, "is not a valid node name (letters, digits and _)")
-    spec = _absolute_job(_mapping(spec, where), base)
+    spec = _absolute_job(mapping_of(spec, where), base)
     component: dict[str, Any] = {}
     if "component" in spec:
         component = _component(spec["component"], f"{where}.component", base)
@@ -135,8 +137,8 @@ def _node(name: str, spec: Any, base: Path, ignored: list[str]) -> Node:
     if isinstance(component.get("task"), dict) and isinstance(spec.get("task"), dict):
         job["task"] = {**component["task"], **spec["task"]}
     job["type"] = kind
-    job["inputs"] = _bound_inputs(_mapping(component.get("inputs"), f"{where}.component inputs"), spec, where)
-    job["outputs"] = _bound_outputs(_mapping(component.get("outputs"), f"{where}.component outputs"), spec, where)
+    job["inputs"] = _bound_inputs(mapping_of(component.get("inputs"), f"{where}.component inputs"), spec, where)
+    job["outputs"] = _bound_outputs(mapping_of(component.get("outputs"), f"{where}.component outputs"), spec, where)
     upstream = []
     for match in BINDING.finditer(repr((job["inputs"], job["outputs"]))):
         if match.group(3) and match.group(3) not in upstream:
@@ -174,7 +176,7 @@ def _component(reference: Any, where: str, base: Path) -> dict[str, Any]:
 
 def _bound_inputs(declared: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, Any]:
     """The node's inputs: the values it gives, typed by the component's declarations, else their defaults."""
-    given = _mapping(spec.get("inputs"), f"{where}.inputs")
+    given = mapping_of(spec.get("inputs"), f"{where}.inputs")
     inputs: dict[str, Any] = {}
     for name, value in given.items():
         if declared and name not in declared:
@@ -203,17 +205,17 @@ def _bound_inputs(declared: dict[str, Any], spec: dict[str, Any], where: str) ->
 
 
 def _bound_outputs(declared: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
-    given = _mapping(spec.get("outputs"), f"{where}.outputs")
+    given = mapping_of(spec.get("outputs"), f"{where}.outputs")
     outputs = {}
     for name in dict.fromkeys([*declared, *given]):
         if declared and name not in declared:
             raise ConfigError(
                 f"{where}.outputs.{name}", "is not an output of the component", f"have: {', '.join(declared)}"
             )
-        declaration = _mapping(declared.get(name), f"{where}.outputs.{name}")
+        declaration = mapping_of(declared.get(name), f"{where}.outputs.{name}")
         value = given.get(name)
         output = {"type": declaration.get("type", "uri_folder")}
-        output.update({"path": value} if isinstance(value, str) else _mapping(value, f"{where}.outputs.{name}"))
+        output.update({"path": value} if isinstance(value, str) else mapping_of(value, f"{where}.outputs.{name}"))
         outputs[name] = output
     return outputs
 
@@ -274,7 +276,7 @@ def _with_value(declared: Any, value: Any, base: Path) -> Any:
 
 
 def _output(spec: Any, where: str, base: Path) -> dict[str, Any]:
-    spec = _absolute_data(_mapping(spec, where), base)
+    spec = _absolute_data(mapping_of(spec, where), base)
     return {"type": spec.get("type", "uri_folder"), "path": spec.get("path")}
 
 
@@ -283,17 +285,3 @@ def absolute(path: str, base: Path) -> str:
     if is_url(path) or path.startswith("azureml:") or "${{" in path or os.path.isabs(path):
         return path
     return os.path.normpath(base / path)
-
-
-def _known(mapping: dict[str, Any], where: str, keys: tuple[str, ...]) -> None:
-    unknown = [key for key in mapping if key not in keys]
-    if unknown:
-        raise ConfigError(f"{where}{unknown[0]}", "has no meaning here", f"supported: {', '.join(sorted(keys))}")
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(where, f"{value!r} is not a mapping")
-    return value
