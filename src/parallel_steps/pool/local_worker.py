@@ -124,8 +124,9 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
         outcome = runtime.run(mini_batch, attempt, on_loaded=outbox.loaded)
         marker.clear()
         outbox.add(mini_batch.index, outcome)
-        # A failure is reported at once; results wait for company only while mini-batches are quick, so
-        # a long next one never holds them back (status would lag, and a crash would run them again).
+        # A failure is reported at once; results wait for company only while mini-batches are quick. A quick
+        # result waits for the next mini-batch to end, so one that runs long holds it back (status lags, and
+        # a crash or timeout of that one runs it again: the ledger holds only what the pool was told).
         if not queue or not outcome.ok or outcome.duration >= _QUICK_S or outbox.due():
             outbox.send()
     runtime.shutdown()
