@@ -48,7 +48,11 @@ def count_rows(result: Any) -> int:
 
 
 class Spool:
-    """One worker's append-only file of result slices."""
+    """One worker's append-only file of result slices.
+
+    Buffered: a slice may reach the disk only at the next `flush()`. A write that fails (a full disk)
+    leaves the offsets of later slices true (what a flush could not write stays buffered, in order), but
+    the slices a failed write or flush held must not be reported as written."""
 
     def __init__(self, path: str):
         self.path = path
