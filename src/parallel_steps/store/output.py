@@ -258,7 +258,9 @@ def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> Non
         return
 
     def table(part: Part) -> pa.Table:
-        return pq.read_table(pa.BufferReader(reader.read(part))).replace_schema_metadata(None)
+        # ParquetFile, not read_table: that imports pyarrow.dataset (and pandas), seconds on a busy machine
+        # spent in one slice, which a cancel waits for.
+        return pq.ParquetFile(pa.BufferReader(reader.read(part))).read().replace_schema_metadata(None)
 
     schema = pa.unify_schemas(
         [pq.read_schema(pa.BufferReader(reader.read(p))).remove_metadata() for p in parts], promote_options="permissive"
