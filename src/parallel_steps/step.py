@@ -386,7 +386,7 @@ def _write_report(
 
 
 def _records_lost(run: RunDirectory, summary: RunSummary) -> None:
-    """The disk filled while the run's records were written: the run failed, in one line, written where it fits."""
+    """The disk filled while the run's records were written (the run has failed, in one line): what fits is written."""
     summary["report"] = None
     with where_it_fits():
         run.ledger.close()
