@@ -116,7 +116,7 @@ def run_dag(airflow_db, tmp_path):
 def dag_test(airflow_db, capfd):
     """`dag_test(dag_id, conf, logical_date)` runs `dag.test()` of dags/<dag_id>.py in this process: what
     `airflow dags test` runs, without importing Airflow again for every run (the command's own path is covered
-    by `run_dag`'s users). The run root is this test's (tests/conftest.py)."""
+    by `run_dag`'s users: storage, lineage, Ray jobs). The run root is this test's (tests/conftest.py)."""
     import pendulum
     from airflow.dag_processing.dagbag import DagBag
     from airflow.utils.state import DagRunState
