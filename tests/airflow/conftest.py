@@ -1,5 +1,5 @@
-"""Fixtures of the Airflow suite: a real Airflow 3 home (SQLite, migrated once), `airflow dags test`
-runs of the example DAGs, operator contexts for in-process tests, and one running Airflow (scheduler,
+"""Fixtures of the Airflow suite: a real Airflow 3 home (SQLite, migrated once), `dag.test()` runs of the
+example DAGs in this process and `airflow dags test` runs as a command, operator contexts for in-process tests, and one running Airflow (scheduler,
 dag-processor, api-server: deployment.py) for the tests that need the real thing.
 
 Airflow reads its configuration when it is first imported, so the environment is set here,
@@ -108,6 +108,29 @@ def run_dag(airflow_db, tmp_path):
         run_id = latest_run_id(airflow_db, dag_id)
         assert run_id, f"no dag run of {dag_id}:\n{log[-5000:]}"
         return DagRun(result.returncode, log, run_id, _xcoms(airflow_db, dag_id, run_id))
+
+    return run
+
+
+@pytest.fixture
+def dag_test(airflow_db, capfd):
+    """`dag_test(dag_id, conf, logical_date)` runs `dag.test()` of dags/<dag_id>.py in this process: what
+    `airflow dags test` runs, without importing Airflow again for every run (the command's own path is covered
+    by `run_dag`'s users: storage, lineage, Ray jobs). The run root is this test's (tests/conftest.py)."""
+    import pendulum
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.utils.state import DagRunState
+
+    def run(dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None) -> DagRun:
+        bag = DagBag(str(DAGS / f"{dag_id}.py"))
+        assert not bag.import_errors, bag.import_errors
+        capfd.readouterr()  # the task logs of this run only
+        dag_run = bag.get_dag(dag_id).test(
+            run_conf=conf, **({"logical_date": pendulum.parse(logical_date)} if logical_date else {})
+        )
+        out, err = capfd.readouterr()
+        returncode = 0 if dag_run.state == DagRunState.SUCCESS else 1
+        return DagRun(returncode, out + err, dag_run.run_id, _xcoms(airflow_db, dag_id, dag_run.run_id))
 
     return run
 

@@ -1,4 +1,4 @@
-"""Azure ML's oj-sales pipeline as an Airflow DAG (dags/azure_oj_sales_pipeline.py), through `airflow dags test`:
+"""Azure ML's oj-sales pipeline as an Airflow DAG (dags/azure_oj_sales_pipeline.py), through `dag.test()`:
 the command job, then the ParallelRunOperator of the parallel job, with a job input and a configuration
 field set from the trigger conf (what a trigger may set is unit-tested in tests/unit/test_azure_pipeline.py)."""
 
@@ -11,9 +11,9 @@ def examples(azure_examples, monkeypatch):
     return azure_examples
 
 
-def test_the_oj_sales_pipeline_runs_as_a_dag_with_a_param_override(run_dag, examples):
+def test_the_oj_sales_pipeline_runs_as_a_dag_with_a_param_override(dag_test, examples):
     conf = {"parallel_train.lagging_orders": "1,2,3", "node_count": 1, "process_count_per_node": 1}
-    run = run_dag("azure_oj_sales_pipeline", conf)
+    run = dag_test("azure_oj_sales_pipeline", conf)
     assert run.returncode == 0, run.log[-5000:]
     partition = run.xcom("partition_job")
     assert partition["status"] == "Succeeded"

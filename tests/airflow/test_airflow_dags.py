@@ -1,5 +1,5 @@
-"""The example DAGs end to end through `airflow dags test` against a migrated SQLite metadata DB,
-and the provider registration as `airflow providers list` shows it."""
+"""The example DAGs end to end through `dag.test()` (what `airflow dags test` runs) against a migrated SQLite
+metadata DB, and the provider registration as `airflow providers list` shows it."""
 
 from pathlib import Path
 
@@ -12,8 +12,8 @@ def test_airflow_providers_list_shows_parallel_steps(airflow):
     assert '"package_name": "parallel-steps"' in result.stdout.replace("'", '"')
 
 
-def test_digits_dag_scores_reruns_with_conf_and_reuses(run_dag):
-    first = run_dag("parallel_run_digits")
+def test_digits_dag_scores_reruns_with_conf_and_reuses(dag_test):
+    first = dag_test("parallel_run_digits")
     assert first.returncode == 0, first.log[-5000:]
     summary = first.xcom("score_digits")
     assert (summary["status"], summary["reused"]) == ("Succeeded", False)
@@ -23,7 +23,7 @@ def test_digits_dag_scores_reruns_with_conf_and_reuses(run_dag):
     assert f"; report: {summary['report']}" in first.log  # the task log ends with the report and key figures
     assert Path(summary["report"]).is_file()
 
-    smaller = run_dag("parallel_run_digits", {"mini_batch_size": 5})
+    smaller = dag_test("parallel_run_digits", {"mini_batch_size": 5})
     assert smaller.returncode == 0, smaller.log[-5000:]
     resized = smaller.xcom("score_digits")
     assert resized["mini_batches_total"] == 90
@@ -31,7 +31,7 @@ def test_digits_dag_scores_reruns_with_conf_and_reuses(run_dag):
     assert resized["output_file"] != summary["output_file"]
     assert Path(resized["output_file"]).read_text() == Path(summary["output_file"]).read_text()
 
-    again = run_dag("parallel_run_digits")
+    again = dag_test("parallel_run_digits")
     assert again.returncode == 0, again.log[-5000:]
     reused = again.xcom("score_digits")
     assert reused["reused"] is True
@@ -40,8 +40,8 @@ def test_digits_dag_scores_reruns_with_conf_and_reuses(run_dag):
     assert again.xcom("accuracy") == first.xcom("accuracy")
 
 
-def test_tabular_dag_fails_past_its_error_threshold_and_succeeds_with_its_params(run_dag):
-    failed = run_dag("parallel_run_tabular", {"error_threshold": 1, "mini_batch_size": 5})
+def test_tabular_dag_fails_past_its_error_threshold_and_succeeds_with_its_params(dag_test):
+    failed = dag_test("parallel_run_tabular", {"error_threshold": 1, "mini_batch_size": 5})
     assert failed.returncode != 0
     summary = failed.xcom("score", key="parallel_run_summary")
     assert summary["status"] == "Failed"
@@ -51,7 +51,7 @@ def test_tabular_dag_fails_past_its_error_threshold_and_succeeds_with_its_params
     assert summary["job_result"].endswith("logs/job_result.txt")
     assert summary["job_result"] in failed.log
 
-    default = run_dag("parallel_run_tabular")
+    default = dag_test("parallel_run_tabular")
     assert default.returncode == 0, default.log[-5000:]
     scored = default.xcom("score")
     assert (scored["status"], scored["items_failed"], scored["mini_batches_total"]) == ("Succeeded", 3, 8)
@@ -61,8 +61,8 @@ def test_tabular_dag_fails_past_its_error_threshold_and_succeeds_with_its_params
     assert default.xcom("report") == {"rows": 9997, "items_failed": 3}
 
 
-def test_mapped_dag_runs_one_step_per_folder_each_in_its_own_run_directory(run_dag):
-    run = run_dag("parallel_run_mapped")
+def test_mapped_dag_runs_one_step_per_folder_each_in_its_own_run_directory(dag_test):
+    run = dag_test("parallel_run_mapped")
     assert run.returncode == 0, run.log[-5000:]
     summaries = run.mapped("count_words")
     assert len(summaries) == 3
@@ -75,13 +75,13 @@ def test_mapped_dag_runs_one_step_per_folder_each_in_its_own_run_directory(run_d
     assert run.xcom("total") == {"steps": 3, "files": 36, "mini_batches": 9}
 
 
-def test_daily_dag_runs_only_the_new_days_files(run_dag, tmp_path):
-    first = run_dag("parallel_run_daily", logical_date="2026-11-29")
+def test_daily_dag_runs_only_the_new_days_files(dag_test, tmp_path):
+    first = dag_test("parallel_run_daily", logical_date="2026-11-29")
     assert first.returncode == 0, first.log[-5000:]
     day1 = first.xcom("score_incoming")
     assert (day1["mini_batches_total"], day1["inputs_new"], day1["mini_batches_reused"]) == (3, 25, 0)
 
-    second = run_dag("parallel_run_daily", logical_date="2026-11-30")
+    second = dag_test("parallel_run_daily", logical_date="2026-11-30")
     assert second.returncode == 0, second.log[-5000:]
     day2 = second.xcom("score_incoming")
     assert day2["run_dir"] != day1["run_dir"]  # each DAG run has its own run directory

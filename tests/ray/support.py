@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
+
 from ray_session import NODE_ARGS  # noqa: F401  (the simulated nodes, for tests that add one)
 
 #: The console script of this environment.
@@ -114,3 +116,18 @@ def environ(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "AWS_BATCH_", "SLURM_"))}
     env.update(extra)
     return env
+
+
+def processes_in(folder: Path) -> list[psutil.Process]:
+    """Live processes on this machine, other than this one, working in `folder` or below it. The commands a test
+    starts there pass their working directory on to what they start (Ray's daemons and agents, which retitle
+    themselves), so a test finds its own processes even while other suites run Ray on the same machine."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            mine = process.pid != os.getpid() and Path(process.cwd()).is_relative_to(folder)
+            if mine and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found

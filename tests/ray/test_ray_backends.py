@@ -8,21 +8,29 @@ import textwrap
 from pathlib import Path
 
 import psutil
-from support import CLI, environ, free_port, make_inputs, read_json_stdout
+from support import CLI, environ, free_port, make_inputs, processes_in, read_json_stdout
 
 
-def _ray_daemons() -> set[int]:
-    """GCS servers and raylets on this machine (whoever started them)."""
-    found = set()
-    for process in psutil.process_iter(["name"]):
-        if process.info["name"] in ("gcs_server", "raylet"):
-            found.add(process.pid)
+def _ray_daemons(folder: Path) -> list[str]:
+    """GCS servers and raylets started by the commands run in `folder` (other suites' clusters may run meanwhile)."""
+    found = []
+    for process in processes_in(folder):
+        try:
+            if process.name() in ("gcs_server", "raylet"):
+                found.append(f"{process.pid} {process.name()}")
+        except psutil.NoSuchProcess:
+            continue
     return found
 
 
 def _run(step: Path, *options: str) -> dict:
     done = subprocess.run(
-        [CLI, "run", str(step), "--json", *options], capture_output=True, text=True, timeout=300, env=environ()
+        [CLI, "run", str(step), "--json", *options],
+        cwd=step.parent,  # what a run starts works there too: _ray_daemons finds it by that
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environ(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return read_json_stdout(done.stdout)
@@ -66,7 +74,6 @@ def test_local_and_ray_give_byte_identical_output(ray_cluster, tmp_path):
         "--set",
         f"ray_address={ray_cluster.address}",
     )
-    daemons = _ray_daemons()
     started = _run(step, "--output", str(tmp_path / "out-started"), "--set", "backend=ray", "--set", "node_count=1")
 
     expected = Path(local["output_file"]).read_bytes()
@@ -79,7 +86,7 @@ def test_local_and_ray_give_byte_identical_output(ray_cluster, tmp_path):
     data = json.loads(page.split('<script type="application/json" id="report-data">')[1].split("</script>")[0])
     assert set(data["timeline"]["workers"]) <= {f"node{n}/process00{p}" for n in (0, 1) for p in (0, 1)}
     assert sorted(data["timeline"]["bars"]["mini_batch"]) == list(range(8))
-    assert _ray_daemons() <= daemons  # the Ray started for the run is gone
+    assert not _ray_daemons(tmp_path)  # the Ray started for the run is gone
 
 
 def test_an_address_where_no_cluster_listens_is_a_configuration_error(tmp_path):

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import CLI, environ, folders, free_port, make_inputs, markers, read_json_stdout, write_entry_script
+from support import (
+    CLI,
+    environ,
+    folders,
+    free_port,
+    make_inputs,
+    markers,
+    processes_in,
+    read_json_stdout,
+    write_entry_script,
+)
 
 
 def _step(tmp_path: Path, body: str, **fields: str) -> Path:
@@ -88,27 +98,20 @@ def _finish(processes: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
     return results
 
 
-def _ray_agents() -> set[int]:
-    """Ray's per-node agents (`ray::DashboardAgent`, `ray::RuntimeEnvAgent`): their command line names no port."""
-    return {p.pid for p in psutil.process_iter(["cmdline"]) if "Agent" in " ".join(p.info["cmdline"] or [])[:40]}
-
-
-def _agents_left(before: set[int], within_s: float = 10.0) -> set[int]:
-    """Agents started since `before` still alive `within_s` after the node commands ended (a bound, not a speed)."""
+def _left_behind(folder: Path, within_s: float = 10.0) -> list[str]:
+    """Processes of the node commands run in `folder` (Ray's daemons and agents keep it as their working
+    directory) still alive `within_s` after the commands ended (a bound, not a speed)."""
     deadline = time.monotonic() + within_s
-    while (left := _ray_agents() - before) and time.monotonic() < deadline:
+    while (left := processes_in(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return left
+    return [_title(process) for process in left]
 
 
-def _ray_processes_of(port: int) -> list[str]:
-    """Processes on this machine that still belong to the job's Ray cluster (its head port in their command line)."""
-    left = []
-    for process in psutil.process_iter(["cmdline"]):
-        line = " ".join(process.info["cmdline"] or [])
-        if "ray" in line and str(port) in line:
-            left.append(line[:200])
-    return left
+def _title(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())[:200]
+    except psutil.Error:
+        return f"{process.pid} (exited)"
 
 
 SUCCEEDS = """
@@ -131,19 +134,17 @@ def test_three_nodes_with_aws_batch_variables_form_one_job_whose_status_is_the_s
     names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(9)])
     step = _step(tmp_path, script, run_max_try="1", mini_batch_error_threshold="0")
     port = free_port()
-    agents = _ray_agents()
     main = _node(step, port, 0)
     children = [_node(step, port, index) for index in (1, 2)]
 
     (main_code, main_out, main_err), *others = _finish([main, *children])
-    assert not _agents_left(agents)  # the node commands stop their Ray agents too
+    assert not _left_behind(tmp_path)  # the node commands stop their Ray, agents included
 
     assert main_code == expected, [main_err[-3000:]] + [err[-2000:] for _, _, err in others]
     assert [code for code, _, _ in others] == [0, 0], [err[-2000:] for _, _, err in others]
     summary = read_json_stdout(main_out)
     assert summary["config"]["node_count"] == 3
     assert summary["config"]["backend"] == "ray"
-    assert not _ray_processes_of(port)
     if expected:
         assert summary["status"] == "Failed"
         assert "mini_batch_error_threshold" in summary["status_reason"]
