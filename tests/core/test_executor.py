@@ -1,6 +1,7 @@
 """The core executor on the local backend: exactly-once output under faults, thresholds, GPUs, logs."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -310,7 +311,11 @@ class TestParallelRunStepCompatibility:
             "perf/node0/node_disk_usage.csv",
         ]:
             assert (logs / name).exists(), name
-        assert list((logs / "perf/node0/os").glob("*/processes_*")), "ps snapshots"
+        snapshots = list((logs / "perf/node0/os").glob("*/processes_*"))
+        assert snapshots, "ps snapshots"
+        table = snapshots[-1].read_text().splitlines()
+        assert table[0].split() == ["PID", "PPID", "RSS_MB", "CPU_S", "COMMAND"]
+        assert any(line.split()[0] == str(os.getpid()) and "pytest" in line for line in table[1:]), "this process"
         assert (
             "mini_batch=0 attempt=1 items=3 succeeded=3 failed=0"
             in (logs / "sys/node/node0/process000.txt").read_text()
