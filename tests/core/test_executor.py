@@ -290,6 +290,24 @@ class TestParallelRunStepCompatibility:
         assert summary["status"] == "Succeeded"
         assert output_lines(summary) == ["0", "1", "2"]
 
+    def test_the_resource_usage_counts_the_processes_a_worker_started(self, make_files, write_script):
+        make_files(2)
+        write_script(
+            "import subprocess\n"
+            "def init():\n"
+            "    global child\n"
+            "    child = subprocess.Popen(['sleep', '60'])\n"
+            "def run(mini_batch):\n"
+            "    return mini_batch\n"
+            "def shutdown():\n"
+            "    child.kill()\n"
+            "    child.wait()\n"
+        )
+        summary = run_step(step(process_count_per_node=1))
+        usage = Path(summary["run_dir"]) / "logs/perf/node0/processes_resource_usage.csv"
+        rows = pd.read_csv(usage)
+        assert rows["children"].iloc[-1] == 1  # the last sample, taken while the workers still run
+
     def test_every_file_of_the_log_layout_exists(self, make_files, write_script):
         make_files(3)
         write_script(ECHO)
