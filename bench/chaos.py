@@ -1,22 +1,31 @@
 """Soak test: `parallel-steps run` under random faults for a given time, then check every row and every process.
 
-    python bench/chaos.py [--minutes 10] [--seed 1] [--files 3000] [--hangs 5] [--workers 4] [--work-ms 10]
+    python bench/chaos.py [--backend local|ray] [--minutes 10] [--seed 1] [--files N] [--hangs 5] [--workers N]
+                          [--work-ms 10] [--nodes 3]
 
 Runs a step of `--files` one-file mini-batches (small files in a temp folder; the entry script
 returns one row per input, so the output can be checked), `--hangs` of them hanging: a marker
 file names the input, run() consumes it and sleeps past run_invocation_timeout (so only that
 attempt hangs). While it runs, it injects at random:
 
-  worker SIGKILL   a random worker process of the driver (one that finished init())
+  worker SIGKILL   (local) a random worker process of the driver (one that finished init())
+  actor SIGKILL    (ray) a random Ray worker process running our actor's run()
+  raylet SIGKILL   (ray) the raylet of a random worker node (its workers go with it); a new
+                   node joins 5 s later, and the node index's slots start there
   driver SIGKILL   the `parallel-steps run` process; it starts again in the same run directory
   driver SIGTERM   a graceful cancel (half of them followed by a second SIGTERM: stop at once);
                    it starts again in the same run directory
+
+With `--backend ray` the bench first starts a local Ray cluster of `--nodes` nodes (a head and
+worker nodes, all on this machine; chaos_backends.py) and points the step at it (`ray_address`,
+`node_count`); it shuts the cluster down at the end, before the last check.
 
 When a run succeeds its output is checked (every row exactly once) and a new run starts over
 fresh inputs, until the time is up; then faults stop and the last run finishes. Every driver
 that ended (killed or not) must have no worker left 5 s later, and at the end no process of
 the soak may be alive anywhere on the machine (psutil: a cmdline naming the soak's folder, or
-the soak's tag in the environment), and no file may be left in the soak's TMPDIR. Prints what it did as a table; exits 1 if anything was lost, duplicated, left
+the soak's tag in the environment: Ray's raylets and workers too), and no file may be left in the
+soak's TMPDIR. Prints what it did as a table; exits 1 if anything was lost, duplicated, left
 behind, or a run ended otherwise than expected. The choices are seeded (`--seed`); their timing
 follows the machine, so two runs with one seed differ.
 """
@@ -39,6 +48,7 @@ import time
 from pathlib import Path
 
 import psutil
+from chaos_backends import DRIVER_FAULTS, LocalBackend, RayBackend, backend, cmdline_has
 
 ENTRY_SCRIPT = textwrap.dedent("""
     import os
@@ -63,13 +73,9 @@ ENTRY_SCRIPT = textwrap.dedent("""
         return rows
 """)
 
-TAG = "PARALLEL_STEPS_CHAOS"  # in every driver's (and so every worker's) environment
-WORKER_MODULE = "parallel_steps.pool.local_worker"
+TAG = "PARALLEL_STEPS_CHAOS"  # in every driver's, worker's and Ray process's environment
 RUN_INVOCATION_TIMEOUT_S = 3
 RUN_MAX_TRY = 10  # a mini-batch may be hit by several faults; it must not run out of attempts
-# Mean seconds between faults of each kind (exponential intervals).
-MEAN_INTERVAL_S = {"worker SIGKILL": 1.5, "driver SIGKILL": 12.0, "driver SIGTERM": 30.0}
-WORKER_MIN_AGE_S = 1.0  # a worker killed in init() counts against the init() policy: not this soak's fault
 ORPHAN_GRACE_S = 5.0  # how long a worker may outlive its driver
 LAST_RUN_LIMIT_S = 300.0  # the run in progress when the time is up must end within this
 TICK_S = 0.1
@@ -116,14 +122,17 @@ class Check:
 class Soak:
     """The fault loop, the runs it drove and what it found."""
 
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, backend: LocalBackend | RayBackend):
         self.args = args
+        self.backend = backend
         self.rng = random.Random(args.seed)
         self.root = Path(tempfile.mkdtemp(prefix="parallel-steps-chaos-"))
         self.hang_dir = self.root / "hang"
         self.hang_dir.mkdir()
         (self.root / "tmp").mkdir()
-        self.step_file = self._write_step()
+        self.env = {TAG: str(self.root), "TMPDIR": str(self.root / "tmp")}
+        os.environ.update(self.env)  # so that what the backend starts here (a Ray cluster) carries them
+        self.step_file: Path | None = None
         self.faults: collections.Counter[str] = collections.Counter()
         self.runs: list[tuple[Run, Check]] = []
         self.orphans: list[str] = []
@@ -143,6 +152,7 @@ class Soak:
             resource_monitor_interval=0,
             run_root=str(self.root / "runs"),
             arguments=[str(self.hang_dir), str(self.args.work_ms / 1000)],
+            **self.backend.step_fields(),
         )
         path = self.root / "step.yaml"
         path.write_text(json.dumps(step))  # JSON is YAML
@@ -170,7 +180,7 @@ class Soak:
         run.workers = {}
         command = [sys.executable, "-m", "parallel_steps.cli", "run", str(self.step_file), "--json"]
         command += ["--input", str(run.inputs), "--output", str(run.output), "--run-dir", str(run.run_dir)]
-        env = {**os.environ, TAG: str(self.root), "TMPDIR": str(self.root / "tmp")}
+        env = {**os.environ, **self.env}
         with open(run.folder / f"driver-{run.starts}.out", "wb") as out, open(run.folder / "driver.err", "ab") as err:
             run.driver = subprocess.Popen(command, stdout=out, stderr=err, cwd=self.root, env=env)
 
@@ -179,7 +189,8 @@ class Soak:
         code = run.driver.returncode
         self._watch.append((time.monotonic() + ORPHAN_GRACE_S, list(run.workers.values())))
         if code == 0:
-            run.summary = json.loads((run.folder / f"driver-{run.starts}.out").read_text())
+            lines = (run.folder / f"driver-{run.starts}.out").read_text().splitlines()
+            run.summary = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
             return True
         if not (run.killed or (run.cancels_sent and code in (1, -signal.SIGTERM))):
             run.unexpected_exits.append(f"start {run.starts} exited with {code}")
@@ -207,11 +218,13 @@ class Soak:
     # Faults ---------------------------------------------------------------------------------------
 
     def inject(self, kind: str, run: Run) -> None:
-        if kind == "worker SIGKILL":
-            workers = [w for w in workers_of(run.driver.pid) if time.time() - w.create_time() > WORKER_MIN_AGE_S]
+        if kind == self.backend.worker_fault:
+            workers = [w for w in self.backend.workers(run.driver.pid) if self.backend.killable(w)]
             if workers:
                 self.rng.choice(workers).send_signal(signal.SIGKILL)
                 self.faults[kind] += 1
+        elif kind not in DRIVER_FAULTS:
+            self.faults[kind] += self.backend.inject(kind, self.rng)
         elif kind == "driver SIGKILL":
             self.note_workers(run)
             run.driver.kill()
@@ -229,10 +242,9 @@ class Soak:
 
     # Orphans ----------------------------------------------------------------------------------------
 
-    @staticmethod
-    def note_workers(run: Run) -> None:
+    def note_workers(self, run: Run) -> None:
         """Remember the driver's workers: once it ends, each must be gone within ORPHAN_GRACE_S."""
-        for worker in workers_of(run.driver.pid):
+        for worker in self.backend.workers(run.driver.pid):
             run.workers.setdefault(worker.pid, worker)
 
     def check_watched(self, force: bool = False) -> None:
@@ -251,9 +263,12 @@ class Soak:
     # The loop ---------------------------------------------------------------------------------------
 
     def soak(self) -> float:
+        self.backend.start(self.root)
+        self.step_file = self._write_step()
         started = time.monotonic()
         end = started + 60 * self.args.minutes
-        due = {kind: started + self.rng.expovariate(1 / mean) for kind, mean in MEAN_INTERVAL_S.items()}
+        intervals = self.backend.intervals
+        due = {kind: started + self.rng.expovariate(1 / mean) for kind, mean in intervals.items()}
         run = self.new_run()
         last_run_limit = None
         while True:
@@ -265,7 +280,7 @@ class Soak:
                 run = self.new_run()
             if now < end:
                 for kind in [k for k, t in due.items() if t <= now]:
-                    due[kind] = now + self.rng.expovariate(1 / MEAN_INTERVAL_S[kind])
+                    due[kind] = now + self.rng.expovariate(1 / intervals[kind])
                     if run.driver.poll() is None:
                         self.inject(kind, run)
             elif last_run_limit is None:
@@ -276,6 +291,7 @@ class Soak:
                 run.driver.wait()
                 self.finish(run)
                 break
+            self.backend.tick()
             self.note_workers(run)
             self.check_watched()
             time.sleep(TICK_S)
@@ -296,14 +312,6 @@ class Soak:
             shutil.rmtree(run.folder)  # keep only what failed, for a look
 
 
-def workers_of(driver_pid: int) -> list[psutil.Process]:
-    try:
-        children = psutil.Process(driver_pid).children()
-    except psutil.NoSuchProcess:
-        return []
-    return [c for c in children if _cmdline_has(c, WORKER_MODULE)]
-
-
 def soak_processes(root: str) -> list[psutil.Process]:
     """Processes anywhere on the machine that name the soak's folder or carry its tag."""
     found = []
@@ -311,18 +319,11 @@ def soak_processes(root: str) -> list[psutil.Process]:
         if process.pid == os.getpid():
             continue
         try:
-            if _cmdline_has(process, root) or process.environ().get(TAG) == root:
+            if cmdline_has(process, root) or process.environ().get(TAG) == root:
                 found.append(process)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     return [p for p in found if alive(p)]
-
-
-def _cmdline_has(process: psutil.Process, text: str) -> bool:
-    try:
-        return any(text in part for part in process.cmdline())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
 
 
 def alive(process: psutil.Process) -> bool:
@@ -343,9 +344,10 @@ def report(soak: Soak, wall_s: float, leftovers: list[str]) -> bool:
     """Print the table; True when nothing was lost, duplicated, left behind or unexpected."""
     checks = [check for _, check in soak.runs]
     summaries = [run.summary for run, _ in soak.runs if run.summary]
-    files_left = sum(1 for path in (soak.root / "tmp").rglob("*") if path.is_file())
+    files_left = [path for path in (soak.root / "tmp").rglob("*") if path.is_file()]
     rows = [
-        *(("faults: " + kind, soak.faults[kind]) for kind in ["hang", *MEAN_INTERVAL_S, "second SIGTERM"]),
+        ("backend", soak.backend.name),
+        *(("faults: " + kind, soak.faults[kind]) for kind in ["hang", *soak.backend.intervals, "second SIGTERM"]),
         ("hangs that happened (marker consumed)", soak.hangs_happened),
         ("runs checked", len(soak.runs)),
         ("runs that succeeded", sum(s["status"] == "Succeeded" for s in summaries)),
@@ -361,7 +363,7 @@ def report(soak: Soak, wall_s: float, leftovers: list[str]) -> bool:
         ("unexpected rows", sum(c.unexpected for c in checks)),
         ("orphans (workers alive 5 s after their driver)", len(soak.orphans)),
         ("orphans (machine-wide at the end)", len(leftovers)),
-        ("files left in TMPDIR", files_left),
+        ("files left in TMPDIR", len(files_left)),
         ("wall time", f"{wall_s:.0f} s"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -370,23 +372,35 @@ def report(soak: Soak, wall_s: float, leftovers: list[str]) -> bool:
         print(f"{name:<{width}}  {value}")
     for line in soak.orphans + leftovers:
         print(f"left behind: {line}")
+    for path in files_left:
+        when = time.strftime("%H:%M:%S", time.gmtime(path.stat().st_mtime))
+        print(f"left behind: {path} ({path.stat().st_size} bytes, written {when} UTC)")
     bad = ("unexpected driver exits", "duplicated", "lost", "unexpected rows", "files left in TMPDIR")
     return not any(value for name, value in rows if name in bad or name.startswith("orphans"))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["local", "ray"], default="local", help="the step's backend")
     parser.add_argument("--minutes", type=float, default=10, help="how long to inject faults (default 10)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the fault choices (default 1)")
-    parser.add_argument("--files", type=int, default=3000, help="inputs (one-file mini-batches) per run")
+    parser.add_argument("--files", type=int, help="inputs (one-file mini-batches) per run (3000; ray: 1500)")
     parser.add_argument("--hangs", type=int, default=5, help="mini-batches per run whose first run() hangs")
-    parser.add_argument("--workers", type=int, default=4, help="process_count_per_node (default 4)")
+    parser.add_argument("--workers", type=int, help="process_count_per_node (default 4; ray: 2)")
+    parser.add_argument("--nodes", type=int, default=3, help="ray: nodes of the cluster, and node_count (3)")
     parser.add_argument("--work-ms", type=float, default=10, help="run() time per input (default 10 ms)")
     parser.add_argument("--keep", action="store_true", help="keep the soak's folder even when all passed")
     args = parser.parse_args()
-    soak = Soak(args)
+    chosen = backend(args.backend, args.nodes)
+    for name, value in chosen.defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    soak = Soak(args, chosen)
     print(f"soak folder: {soak.root}", flush=True)
-    wall_s = soak.soak()
+    try:
+        wall_s = soak.soak()
+    finally:
+        chosen.close()
     passed = report(soak, wall_s, soak.machine_wide_leftovers())
     if passed and not args.keep:
         shutil.rmtree(soak.root, ignore_errors=True)

@@ -17,6 +17,7 @@ import psutil
 
 from .environment import MASK
 from .store.logs import RunLogs
+from .store.space import where_it_fits
 
 #: `time` is for people (to the second); `time_unix` is the same instant in Unix seconds (the report's charts).
 NODE_COLUMNS = ["time", "cpu_percent", "memory_total_mb", "memory_used_mb", "memory_percent", "load_1m", "time_unix"]
@@ -85,21 +86,22 @@ class ResourceMonitor:
         workers = self.workers()
         for node_id in self.node_ids:
             folder = self.logs.perf_dir(node_id)
-            _append(folder / "node_resource_usage.csv", NODE_COLUMNS, [node_row])
-            _append(folder / "node_disk_usage.csv", DISK_COLUMNS, [disk_row])
-            _append(
-                folder / "processes_resource_usage.csv",
-                PROCESS_COLUMNS,
-                [[*_process_row(stamp, name, pid, parents), f"{now:.3f}"] for name, pid in workers.get(node_id, [])],
-            )
-            snapshot_file = (
-                folder
-                / "os"
-                / time.strftime("%Y%m%d%H", time.localtime(now))
-                / time.strftime("processes_%M", time.localtime(now))
-            )
-            snapshot_file.parent.mkdir(parents=True, exist_ok=True)
-            snapshot_file.write_text(snapshot)
+            with where_it_fits():  # samples are for people: a full disk is the run's to report, not the monitor's
+                _append(folder / "node_resource_usage.csv", NODE_COLUMNS, [node_row])
+                _append(folder / "node_disk_usage.csv", DISK_COLUMNS, [disk_row])
+                _append(
+                    folder / "processes_resource_usage.csv",
+                    PROCESS_COLUMNS,
+                    [[*_process_row(stamp, name, pid, parents), f"{now:.3f}"] for name, pid in workers.get(node_id, [])],
+                )
+                snapshot_file = (
+                    folder
+                    / "os"
+                    / time.strftime("%Y%m%d%H", time.localtime(now))
+                    / time.strftime("processes_%M", time.localtime(now))
+                )
+                snapshot_file.parent.mkdir(parents=True, exist_ok=True)
+                snapshot_file.write_text(snapshot)
 
 
 def _process_row(stamp: str, name: str, pid: int, parents: dict[int, int]) -> list[object]:

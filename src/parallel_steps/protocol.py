@@ -94,6 +94,7 @@ class Outcome:
     duration: float = 0.0
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
     checks: bytes | None = None  # with a check of each file's size and mtime (or hash), for the ledger
+    no_space: str | None = None  # the file its rows could not be written to for lack of space: the run stops
 
     def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
@@ -107,6 +108,7 @@ class Outcome:
             self.duration,
             self.fingerprint,
             self.checks,
+            self.no_space,
         )
 
 

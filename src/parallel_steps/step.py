@@ -119,6 +119,7 @@ class _StepRun:
         self.output_file: str | None = None
         self.rows_written = 0
         self.output_bytes: int | None = None
+        self.disk_full = False  # the run failed for lack of space: the first full disk it met is the one it names
 
     # The phases ----------------------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class _StepRun:
             except Exception as exc:  # a system error of the driver itself
                 if out_of_space(exc):  # a restart cannot make space
                     status, reason = RunStatus.FAILED, no_space_line(exc, run.path)
+                    self.disk_full = True
                     log.error("%s", reason)
                     with where_it_fits():
                         scope.close()
@@ -319,7 +321,9 @@ class _StepRun:
         except Exception as exc:
             if not out_of_space(exc):
                 raise
-            _records_lost(self.run, summary, exc)
+            if not self.disk_full:
+                summary.update(status=RunStatus.FAILED, status_reason=no_space_line(exc, self.run.path))
+            _records_lost(self.run, summary)
         with where_it_fits():
             self.run.logs.close(self.log)
         index.update(self.run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
@@ -381,9 +385,9 @@ def _write_report(
         summary["report_url"] = upload_report(summary["report"], run.output_url, config.append_row_file_name, log)
 
 
-def _records_lost(run: RunDirectory, summary: RunSummary, exc: Exception) -> None:
-    """The disk filled while the run's records were written: the run failed, in one line, written where it fits."""
-    summary.update(status=RunStatus.FAILED, status_reason=no_space_line(exc, run.path), report=None)
+def _records_lost(run: RunDirectory, summary: RunSummary) -> None:
+    """The disk filled while the run's records were written (the run has failed, in one line): what fits is written."""
+    summary["report"] = None
     with where_it_fits():
         run.ledger.close()
     with where_it_fits():

@@ -3,6 +3,10 @@ mounted by the test. The run ends Failed with one line naming the path and the l
 traceback), the ledger stays whole, nothing partial is left where the output goes, and once space is
 made a rerun in the same run directory resumes with every row once.
 
+The first two tests let the rows fill the disk; the others fill it in one phase of the run (a spool
+append, the ledger's commit, the assembly, the report) with a filler file the entry script writes at
+the moment that phase comes next (one worker, so that nothing else writes then).
+
 Mounting needs root (CAP_SYS_ADMIN); elsewhere these tests are skipped, saying why.
 """
 
@@ -31,6 +35,44 @@ import os
 def run(mini_batch):
     return [os.path.basename(path) + " " + "z" * 20_000 for path in mini_batch]
 """
+
+
+# FILL names the phase whose write is the first that does not fit; DISK is the tmpfs the filler goes on.
+FILLS = """
+import os
+import time
+
+FILL, DISK, ROW = os.environ.get("FILL", ""), os.environ.get("DISK", ""), int(os.environ.get("ROW_BYTES", "1000"))
+
+
+def fill(room):
+    # The disk full but for `room` bytes: a filler file written until nothing fits, then cut by `room`.
+    with open(os.path.join(DISK, "filler"), "wb", buffering=0) as filler:
+        for chunk in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    filler.write(bytes(chunk))
+            except OSError:
+                pass
+        filler.truncate(max(0, filler.tell() - room))
+
+
+def run(mini_batch):
+    names = [os.path.basename(path) for path in mini_batch]
+    if FILL == "spool" and names == ["f0000.txt"]:  # its rows are the first write after it
+        fill(room=0)
+    if FILL == "commit":
+        time.sleep(0.01)  # not quick: each result is flushed and sent on its own, the spool left empty
+        if names == ["LAST"]:  # the last result, with no rows: the ledger's commit comes next
+            fill(room=0)
+            return []
+    return [name + " " + "z" * ROW for name in names]
+
+
+def shutdown():  # after every mini-batch, before the output is assembled and the report written
+    if FILL in ("assembly", "report"):
+        fill(room=64 << 10)  # the ledger's and the logs' last lines fit, not the output or the report
+""".replace("LAST", f"f{FILES - 1:04d}.txt")
 
 
 @pytest.fixture
@@ -119,3 +161,90 @@ def test_a_full_output_folder_fails_the_run_in_one_line_and_a_rerun_delivers(tmp
     rerun = run_cli(tmp_path, run_dir, output)
     assert rerun.returncode == 0, rerun.stderr
     assert_every_row_once(output / "parallel_run_step.txt")
+
+
+def run_phase(tmp_path: Path, disk: Path, phase: str, *options: str, row_bytes: int = 1000):
+    """The step on one worker, FILL=`phase` filling `disk`; the run directory is `disk`/run."""
+    data = tmp_path / "data"
+    if not data.exists():
+        data.mkdir()
+        for i in range(FILES):
+            (data / f"f{i:04d}.txt").write_text(f"{i}\n")
+        (tmp_path / "fills.py").write_text(FILLS)
+    command = [
+        sys.executable, "-m", "parallel_steps.cli", "run", "--json", "--entry-script", "fills.py", "--input", "data",
+        "--mini-batch-size", "1", "--process-count-per-node", "1", "--run-dir", str(disk / "run"), *options,
+    ]  # fmt: skip
+    env = {**os.environ, TAG: str(tmp_path), "FILL": phase, "DISK": str(disk), "ROW_BYTES": str(row_bytes)}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+
+
+def ledger_whole(run_dir: Path) -> int:
+    """The ledger passes SQLite's integrity check; the mini-batches it holds as succeeded."""
+    ledger = sqlite3.connect(run_dir / "ledger.sqlite")
+    try:
+        assert ledger.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        return int(ledger.execute(f"SELECT count(*) FROM mini_batches WHERE state = {SUCCEEDED}").fetchone()[0])
+    finally:
+        ledger.close()
+
+
+def free_and_rerun(tmp_path: Path, disk: Path, *options: str) -> Path:
+    """Remove the filler, rerun without filling: it succeeds; its output file."""
+    (disk / "filler").unlink()
+    rerun = run_phase(tmp_path, disk, "", *options)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_nothing_left(tmp_path)
+    return Path(json.loads(rerun.stdout)["output_file"])
+
+
+@pytest.mark.parametrize("row_bytes", [100, 20_000], ids=["buffered", "written-at-once"])
+def test_a_disk_that_fills_during_a_spool_append_names_the_spool(tmp_path, small_disk, row_bytes):
+    # 100 bytes: the row waits in the spool's buffer and the flush before its result is sent fails (that result
+    # must not be reported as written); 20 kB: the append itself fails.
+    disk = small_disk("disk")
+    done = run_phase(tmp_path, disk, "spool", row_bytes=row_bytes)
+
+    assert_failed_for_lack_of_space(done, disk / "run" / "parts")
+    assert ledger_whole(disk / "run") == 0
+    assert not (disk / "run" / "output" / "parallel_run_step.txt").exists()
+    assert_nothing_left(tmp_path)
+    assert_every_row_once(free_and_rerun(tmp_path, disk))
+
+
+def test_a_disk_that_fills_before_the_ledgers_commit_fails_the_run_and_keeps_what_was_committed(tmp_path, small_disk):
+    disk = small_disk("disk")
+    done = run_phase(tmp_path, disk, "commit")
+
+    assert_failed_for_lack_of_space(done, disk / "run")
+    assert 0 < ledger_whole(disk / "run") < FILES  # what was committed before stands; the last result did not fit
+    assert not (disk / "run" / "output" / "parallel_run_step.txt").exists()
+    assert_nothing_left(tmp_path)
+    assert_every_row_once(free_and_rerun(tmp_path, disk))
+
+
+def test_a_disk_that_fills_during_the_assembly_leaves_no_partial_output(tmp_path, small_disk):
+    disk = small_disk("disk")
+    output = disk / "run" / "output"  # the default output folder: in the run directory
+    done = run_phase(tmp_path, disk, "assembly")
+
+    assert_failed_for_lack_of_space(done, output / "parallel_run_step.txt")
+    assert os.listdir(output) == []
+    assert json.loads(done.stdout)["mini_batches_succeeded"] == ledger_whole(disk / "run") == FILES
+    assert_nothing_left(tmp_path)
+    assert_every_row_once(free_and_rerun(tmp_path, disk))
+
+
+def test_a_disk_that_fills_during_the_report_fails_the_run_with_its_output_whole(tmp_path, small_disk):
+    # The output goes elsewhere and is delivered before the report; the report does not fit in the run directory.
+    disk = small_disk("disk")
+    output = tmp_path / "out"
+    done = run_phase(tmp_path, disk, "report", "--output", str(output))
+
+    assert_failed_for_lack_of_space(done, disk / "run" / "logs" / "report.html")
+    assert [name for name in os.listdir(disk / "run" / "logs") if "report" in name] == []  # no partial page
+    assert ledger_whole(disk / "run") == FILES
+    assert_every_row_once(output / "parallel_run_step.txt")
+    assert_nothing_left(tmp_path)
+    assert_every_row_once(free_and_rerun(tmp_path, disk, "--output", str(output)))
+    assert (disk / "run" / "logs" / "report.html").exists()

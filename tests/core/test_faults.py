@@ -179,7 +179,8 @@ class TestMemory:
         )
         summary = run_step(config(run_max_try=1))
         reported = re.search(r"SIGKILL\(-9\): likely out of memory .*last RSS (\d+) MB", master_role(summary))
-        assert reported and 1200 <= int(reported[1]) < 1500
+        assert reported
+        assert 1200 <= int(reported[1]) < 1500
 
 
 CRASH_ONCE = """

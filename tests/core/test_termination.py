@@ -8,6 +8,7 @@ SIGTERM while the run is in that phase, and checks the bound the contract promis
 5 s, the issue's acceptance) rather than a speed.
 """
 
+import errno
 import json
 import logging
 import os
@@ -75,7 +76,7 @@ def cli(tmp_path: Path, options: list[str], phase: str) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def step(tmp_path: Path, files: int, output: str = "out", *extra: str) -> list[str]:
+def step(tmp_path: Path, files: int, output: str = "out", *extra: str, grace: float = GRACE_S) -> list[str]:
     (tmp_path / "marks").mkdir(exist_ok=True)
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
@@ -85,7 +86,7 @@ def step(tmp_path: Path, files: int, output: str = "out", *extra: str) -> list[s
     return [
         "--entry-script", "phases.py", "--input", "data", "--output", output, "--run-dir", "run",
         "--mini-batch-size", "1", "--process-count-per-node", "2", "--run-invocation-timeout", "600",
-        "--termination-grace", str(GRACE_S), *extra,
+        "--termination-grace", str(grace), *extra,
     ]  # fmt: skip
 
 
@@ -189,6 +190,48 @@ def test_sigterm_while_uploading_stops_between_two_files(tmp_path):
     assert not (target / "parallel_run_step.txt").exists()  # the output file goes last: the upload was not whole
     assert_nothing_left(tmp_path)
     rerun_gives_every_row_once(tmp_path, options, files)
+
+
+def test_sigterm_while_the_report_is_written_ends_the_run_within_the_grace(tmp_path):
+    # The report reads the monitor's samples under logs/perf/: one of them is a FIFO nobody writes to, a read
+    # that never returns (a hung network file system). The output is delivered before the report.
+    # A grace of 16 s: the summary is written in the last eighth of it (2 s), after the report is given up.
+    grace = 16.0
+    options = step(tmp_path, 6, grace=grace)
+    stuck = tmp_path / "run" / "logs" / "perf" / "stuck" / "node_resource_usage.csv"
+    stuck.parent.mkdir(parents=True)
+    os.mkfifo(stuck)
+    run = cli(tmp_path, options, phase="")
+    writer = wait_for_reader(stuck)
+    try:
+        took, stderr = terminate(run)
+    finally:
+        os.close(writer)
+
+    assert took < grace + 5, stderr
+    log = (tmp_path / "run" / "logs" / "sys" / "master_role.txt").read_text()
+    assert "the report: not written, the run was canceled" in log
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (run.returncode, summary["status"], summary["report"]) == (0, "Succeeded", None)  # the output was whole
+    assert_nothing_left(tmp_path)
+    stuck.unlink()
+    rerun_gives_every_row_once(tmp_path, options, 6)
+
+
+def wait_for_reader(fifo: Path) -> int:
+    """The FIFO's write end, opened once someone has it open for reading (until then: ENXIO)."""
+    opened: list[int] = []
+
+    def reader_there() -> bool:
+        try:
+            opened.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+        return bool(opened)
+
+    wait_for(reader_there, f"a reader of {fifo}")
+    return opened[0]
 
 
 def test_a_second_sigterm_while_shutdown_hangs_stops_at_once(tmp_path):

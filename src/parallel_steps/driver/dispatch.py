@@ -34,6 +34,7 @@ from ..protocol import (
     WorkerInfo,
 )
 from ..store.ledger import Ledger
+from ..store.space import disk_full
 from ..summary import Counters, RunStatus, RunSummary, snapshot
 from .cancel import CancelWatch
 from .faults import ErrorGroups, RetryPolicy
@@ -205,6 +206,8 @@ class Driver:
         current = next(a for a in queued if a.mini_batch.index == event.mini_batch)
         queued.remove(current)
         outcome = event.outcome
+        if outcome.no_space:  # the worker's disk is full: a retry cannot make space
+            raise disk_full(outcome.no_space)
         items = outcome.items if outcome.items is not None else current.items
         current.started = outcome.started
         sample = math.log(max(outcome.duration, 1e-6))

@@ -55,7 +55,7 @@ class _Outbox:
     """What the worker tells the pool: finished results, sent together when the queue runs dry or a few
     milliseconds later at most, and what the entry script causes while it runs an attempt, after them."""
 
-    def __init__(self, conn: WorkerEnd, flush: Callable[[], None]):
+    def __init__(self, conn: WorkerEnd, flush: Callable[[list[Outcome]], None]):
         self.conn, self.flush, self.since = conn, flush, 0.0
         self.items: list[tuple[int, Outcome]] = []
         self.index, self.attempt = -1, 0  # the attempt it runs
@@ -71,7 +71,7 @@ class _Outbox:
     def send(self, message: FromWorker | None = None) -> None:
         """Flush the batch, then send `message` (so the pool sees what happened in order)."""
         if self.items:
-            self.flush()  # the slices and log lines the results point at, before the results
+            self.flush([outcome for _, outcome in self.items])  # what the results point at, before them
             self.conn.send(WorkerResults(self.items))
             self.items = []
         if message is not None:
@@ -124,8 +124,9 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
         outcome = runtime.run(mini_batch, attempt, on_loaded=outbox.loaded)
         marker.clear()
         outbox.add(mini_batch.index, outcome)
-        # A failure is reported at once; results wait for company only while mini-batches are quick, so
-        # a long next one never holds them back (status would lag, and a crash would run them again).
+        # A failure is reported at once; results wait for company only while mini-batches are quick. A quick
+        # result waits for the next mini-batch to end, so one that runs long holds it back (status lags, and
+        # a crash or timeout of that one runs it again: the ledger holds only what the pool was told).
         if not queue or not outcome.ok or outcome.duration >= _QUICK_S or outbox.due():
             outbox.send()
     runtime.shutdown()

@@ -102,12 +102,14 @@ class ParallelStepsWorker:
         runtime = self._started()
         self._current, self._timeout = (mini_batch.index, attempt), timeout
         self._arm_dump(timeout)
+        outcomes: list[Outcome] = []
         try:
-            return runtime.run(mini_batch, attempt, on_loaded=self._loaded)
+            outcomes.append(runtime.run(mini_batch, attempt, on_loaded=self._loaded))
         finally:
             faulthandler.cancel_dump_traceback_later()
             self._current = None
-            runtime.flush()
+            runtime.flush(outcomes)  # may turn the outcome into a failure: a full disk kept its rows out
+        return outcomes[0]
 
     def _started(self) -> WorkerRuntime:
         if self._runtime is None:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..store.space import out_of_space
 from ..version import __version__
 from .data import MAX_BARS, error_groups, page_data
 from .records import RunRecords, read_run
@@ -52,10 +53,13 @@ def write_report(
 
 
 def write_run_report(run_dir: Path, summary: Mapping[str, Any], log: logging.Logger) -> str | None:
-    """The report written at the end of a run: one that cannot be written is logged, never fails the run."""
+    """The report written at the end of a run: one that cannot be written is logged, never fails the run;
+    a full disk is raised (it fails the run, as for the run's other records: store/space.py)."""
     try:
         path = write_report(run_dir, summary)
-    except Exception:
+    except Exception as exc:
+        if out_of_space(exc):
+            raise
         log.exception("the run report could not be written")
         return None
     log.info("report: %s", path)
@@ -131,10 +135,17 @@ def _rate(value: float | None) -> str:
 
 
 def _write(path: Path, text: str) -> None:
+    """Whole or not at all: written beside, then renamed; nothing is left of a write that failed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)  # a failed write names no file: the page it was for
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # The trace -----------------------------------------------------------------------------------------

@@ -48,7 +48,11 @@ def count_rows(result: Any) -> int:
 
 
 class Spool:
-    """One worker's append-only file of result slices."""
+    """One worker's append-only file of result slices.
+
+    Buffered: a slice may reach the disk only at the next `flush()`. A write that fails (a full disk)
+    leaves the offsets of later slices true (what a flush could not write stays buffered, in order), but
+    the slices a failed write or flush held must not be reported as written."""
 
     def __init__(self, path: str):
         self.path = path
@@ -254,7 +258,9 @@ def _assemble_parquet(parts: list[Part], tmp: Path, reader: _SliceReader) -> Non
         return
 
     def table(part: Part) -> pa.Table:
-        return pq.read_table(pa.BufferReader(reader.read(part))).replace_schema_metadata(None)
+        # ParquetFile, not read_table: that imports pyarrow.dataset (and pandas), seconds on a busy machine
+        # spent in one slice, which a cancel waits for.
+        return pq.ParquetFile(pa.BufferReader(reader.read(part))).read().replace_schema_metadata(None)
 
     schema = pa.unify_schemas(
         [pq.read_schema(pa.BufferReader(reader.read(p))).remove_metadata() for p in parts], promote_options="permissive"

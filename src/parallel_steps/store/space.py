@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,11 @@ def out_of_space(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
     return False
+
+
+def disk_full(path: str) -> OSError:
+    """The error of a full disk another process met (a worker writing its spool), raised where the run stops."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
 
 def no_space_line(exc: BaseException, run_dir: Path) -> str:

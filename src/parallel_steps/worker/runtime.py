@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -35,6 +35,7 @@ from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
 from ..store.logs import error_section, journal_line, mini_batch_tag
 from ..store.output import Spool, count_rows
+from ..store.space import out_of_space, where_it_fits
 from . import entry_script
 from .context import MiniBatchContext, wants_context
 from .downloads import Downloads
@@ -107,7 +108,7 @@ class WorkerRuntime:
 
     def run(self, mini_batch: MiniBatch, attempt: int, on_loaded: Callable[[int], None] | None = None) -> Outcome:
         """One attempt of one mini-batch: load, run(), append the rows to this worker's spool.
-        Call `flush()` before the outcome leaves the worker."""
+        Call `flush([outcome])` before the outcome leaves the worker."""
         started = time.time()
         items = mini_batch.items
         try:
@@ -119,9 +120,15 @@ class WorkerRuntime:
                 result = self._call(self._entry["run"], data, MiniBatchContext(mini_batch))
             else:
                 result = self._call(self._entry["run"], data)
-            part = self._spool.append(result, self.spec.output_format) if self._spool else None
             fingerprint, checks = self._fingerprint(mini_batch, data)
-            outcome = Outcome(True, items, count_rows(result), part, fingerprint=fingerprint, checks=checks)
+            outcome = Outcome(True, items, count_rows(result), fingerprint=fingerprint, checks=checks)
+            if self._spool:
+                try:
+                    outcome.part = self._spool.append(result, self.spec.output_format)
+                except OSError as exc:
+                    if not out_of_space(exc):
+                        raise
+                    _not_written(outcome, self._spool.path)
         except Exception as exc:
             outcome = Outcome(
                 ok=False,
@@ -138,10 +145,20 @@ class WorkerRuntime:
         """Fetch the files of the mini-batch queued next (named by URLs) while the current one runs."""
         self._downloads.prefetch(mini_batch)
 
-    def flush(self) -> None:
-        """Make what the reported outcomes point at readable: their output slices and log lines.
-        Once per batch of results, not per mini-batch: a write per mini-batch is the hot path's cost."""
-        for stream in (self._spool, self._journal, sys.stdout, sys.stderr):
+    def flush(self, outcomes: Iterable[Outcome] = ()) -> None:
+        """Make what the reported `outcomes` point at readable: their output slices and log lines.
+        Once per batch of results, not per mini-batch: a write per mini-batch is the hot path's cost.
+        When the disk is too full for the spool, the outcomes with rows fail instead (`_not_written`)."""
+        if self._spool:
+            try:
+                self._spool.flush()
+            except OSError as exc:
+                if not out_of_space(exc):
+                    raise
+                for outcome in outcomes:
+                    if outcome.part is not None:
+                        _not_written(outcome, self._spool.path)
+        for stream in (self._journal, sys.stdout, sys.stderr):
             if stream:
                 try:
                     stream.flush()
@@ -161,7 +178,8 @@ class WorkerRuntime:
             hook.worker_stopped()
         self.flush()
         if self._spool:
-            self._spool.close()
+            with where_it_fits():  # what a full disk kept out of it was reported as not written
+                self._spool.close()
         self._downloads.close()
 
     # Internals ------------------------------------------------------------------
@@ -214,11 +232,12 @@ class WorkerRuntime:
         return self._profiler.runcall(function, *args)
 
     def _log_error(self, where: str, exc: BaseException) -> str:
-        """Write the full traceback to this worker's error file; return it for the driver."""
+        """Write the full traceback to this worker's error file (where it fits); return it for the driver."""
         text = mask_urls("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         error_file = self._opened(self._error_file)
-        error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
-        error_file.flush()
+        with where_it_fits():
+            error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
+            error_file.flush()
         return text
 
     def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome) -> None:
@@ -230,6 +249,13 @@ class WorkerRuntime:
                 mini_batch.index, attempt, items, succeeded, failed, outcome.ok, outcome.started, outcome.duration
             )
         )
+
+
+def _not_written(outcome: Outcome, spool: str) -> None:
+    """An attempt whose rows the spool could not write for lack of space fails, naming the spool; the
+    driver then stops the run (a retry cannot make space)."""
+    outcome.ok, outcome.part, outcome.no_space = False, None, spool
+    outcome.error = f"{spool}: no space left on the device"
 
 
 def _import_script(script: Path) -> ModuleType:
