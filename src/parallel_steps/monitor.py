@@ -1,4 +1,5 @@
-"""The resource monitor: ParallelRunStep's `logs/perf/<node_id>/` files, sampled with psutil.
+"""The resource monitor: ParallelRunStep's `logs/perf/<node_id>/` files, sampled with psutil (the
+process table in `os/` read from /proc itself).
 
 A sample at start, one every `resource_monitor_interval` seconds, and one at the
 end; each node folder gets the machine's usage and its own workers' processes.
@@ -92,7 +93,10 @@ class ResourceMonitor:
                 _append(
                     folder / "processes_resource_usage.csv",
                     PROCESS_COLUMNS,
-                    [[*_process_row(stamp, name, pid, parents), f"{now:.3f}"] for name, pid in workers.get(node_id, [])],
+                    [
+                        [*_process_row(stamp, name, pid, parents), f"{now:.3f}"]
+                        for name, pid in workers.get(node_id, [])
+                    ],
                 )
                 snapshot_file = (
                     folder
