@@ -58,7 +58,7 @@ class ParallelRunConfig(
         5
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .config_types import (
     TRIGGER,
@@ -26,7 +26,14 @@ from .config_types import (
 )
 
 
-class StepFields(BaseModel):
+class _Section(BaseModel):
+    """A section is only ever a base of `ParallelRunConfig`: its own validator is never built (pydantic would
+    build one per class as it is defined, a third of the configuration's import)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class StepFields(_Section):
     """The step and its data: what runs, on which inputs, with what, and where the output goes."""
 
     name: StepName = Field("parallel-run", description="Step name: 3-32 characters, lowercase letters, digits and '-'.")
@@ -68,7 +75,7 @@ class StepFields(BaseModel):
     )
 
 
-class PartitionFields(BaseModel):
+class PartitionFields(_Section):
     """How the inputs are cut into mini-batches."""
 
     mini_batch_size: Size = Field(
@@ -84,7 +91,7 @@ class PartitionFields(BaseModel):
     )
 
 
-class OutcomeFields(BaseModel):
+class OutcomeFields(_Section):
     """What a run tolerates before it fails, and what its output file holds."""
 
     error_threshold: int = Field(
@@ -131,7 +138,7 @@ class OutcomeFields(BaseModel):
     )
 
 
-class WorkerFields(BaseModel):
+class WorkerFields(_Section):
     """The workers: how many, their logging, their time limits, reuse."""
 
     node_count: int = Field(1, ge=1, description="Number of nodes.", json_schema_extra=TRIGGER)
@@ -183,7 +190,7 @@ class WorkerFields(BaseModel):
     )
 
 
-class FaultFields(BaseModel):
+class FaultFields(_Section):
     """Fault tolerance and observability: retries, job-level failure rules, limits, logs."""
 
     fault_tolerant_policy: Literal["OnFailure", "ExitCodeAndErrorMsg", "Never"] = Field(
@@ -259,7 +266,7 @@ class FaultFields(BaseModel):
     )
 
 
-class ExecutionFields(BaseModel):
+class ExecutionFields(_Section):
     """Where the workers and the driver run."""
 
     backend: Literal["local", "ray"] = Field(
@@ -284,7 +291,7 @@ class ExecutionFields(BaseModel):
     )
 
 
-class AzureFields(BaseModel):
+class AzureFields(_Section):
     """ParallelRunConfig's fields that are accepted here with no effect."""
 
     environment: AzureName = Field(

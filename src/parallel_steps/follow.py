@@ -14,7 +14,6 @@ read it are retried, cancelling once, and the progress text.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import time
@@ -137,6 +136,8 @@ class Follower:
     async def wait_async(self, stop: StopCheck | None = None) -> dict[str, Any]:
         """`wait` for an event loop (Airflow's triggerer, an async flow): each poll, `stop` included,
         runs on a worker thread, so the loop stays free while a run is followed."""
+        import asyncio  # here: the CLI's start-up, which never waits in a loop, does not pay for it
+
         while True:
             summary = await asyncio.to_thread(self.poll, stop)
             if summary is not None and summary["status"] in TERMINAL:

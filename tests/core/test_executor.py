@@ -1,6 +1,7 @@
 """The core executor on the local backend: exactly-once output under faults, thresholds, GPUs, logs."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -289,6 +290,24 @@ class TestParallelRunStepCompatibility:
         assert summary["status"] == "Succeeded"
         assert output_lines(summary) == ["0", "1", "2"]
 
+    def test_the_resource_usage_counts_the_processes_a_worker_started(self, make_files, write_script):
+        make_files(2)
+        write_script(
+            "import subprocess\n"
+            "def init():\n"
+            "    global child\n"
+            "    child = subprocess.Popen(['sleep', '60'])\n"
+            "def run(mini_batch):\n"
+            "    return mini_batch\n"
+            "def shutdown():\n"
+            "    child.kill()\n"
+            "    child.wait()\n"
+        )
+        summary = run_step(step(process_count_per_node=1))
+        usage = Path(summary["run_dir"]) / "logs/perf/node0/processes_resource_usage.csv"
+        rows = pd.read_csv(usage)
+        assert rows["children"].iloc[-1] == 1  # the last sample, taken while the workers still run
+
     def test_every_file_of_the_log_layout_exists(self, make_files, write_script):
         make_files(3)
         write_script(ECHO)
@@ -310,7 +329,11 @@ class TestParallelRunStepCompatibility:
             "perf/node0/node_disk_usage.csv",
         ]:
             assert (logs / name).exists(), name
-        assert list((logs / "perf/node0/os").glob("*/processes_*")), "ps snapshots"
+        snapshots = list((logs / "perf/node0/os").glob("*/processes_*"))
+        assert snapshots, "ps snapshots"
+        table = snapshots[-1].read_text().splitlines()
+        assert table[0].split() == ["PID", "PPID", "RSS_MB", "CPU_S", "COMMAND"]
+        assert any(line.split()[0] == str(os.getpid()) and "pytest" in line for line in table[1:]), "this process"
         assert (
             "mini_batch=0 attempt=1 items=3 succeeded=3 failed=0"
             in (logs / "sys/node/node0/process000.txt").read_text()

@@ -21,9 +21,11 @@ def add_pipeline_options(parser: argparse.ArgumentParser) -> None:
 
 
 def wants_pipeline(args: argparse.Namespace) -> bool:
+    if not args.step_file:  # a step from options only: no import of the pipeline reader
+        return False
     from ..azure.pipeline import is_pipeline_file
 
-    return bool(args.step_file) and is_pipeline_file(args.step_file)
+    return is_pipeline_file(args.step_file)
 
 
 def run_pipeline_command(args: argparse.Namespace) -> int:

@@ -36,9 +36,10 @@ def _as_path_list(value: Any) -> list[str]:
 
 
 class _Dataset(BaseModel):
-    """What both kinds share: the paths, and partition values in them."""
+    """What both kinds share: the paths, and partition values in them. Each kind's validator is built when
+    it is first used on its own (a run of files never builds the tables')."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     path: list[str]
     partition_format: str | None = Field(
         None,

@@ -25,7 +25,6 @@ import math
 import os
 import select
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -55,6 +54,7 @@ from .local_watchdog import Watchdog, oom_hint
 from .slots import DUMP_GRACE_S, WorkerState, died_in_init_detail, exit_name, shutdown_cut_off_detail
 
 _REAP_S = 5.0  # the longest a SIGKILLed worker may take to be gone
+_POLL_MAX_S = 3600.0  # poll() takes milliseconds in a C int: a longer wait is several
 
 
 class LocalWorkerPool(WorkerPool):
@@ -250,8 +250,13 @@ class LocalWorkerPool(WorkerPool):
 
 
 def _exited(handle: WorkerProcess, timeout: float) -> bool:
-    try:
-        handle.process.wait(timeout=max(0.0, timeout))
-        return True
-    except subprocess.TimeoutExpired:
-        return False
+    """Whether the worker exits within `timeout`, known the moment it does from its pidfd (`Popen.wait`
+    looks with sleeps of up to 50 ms, which the end of every run would wait for)."""
+    poller = select.poll()
+    poller.register(handle.sentinel, select.POLLIN)
+    deadline = time.monotonic() + max(0.0, timeout)
+    while not poller.poll(min(max(0.0, deadline - time.monotonic()), _POLL_MAX_S) * 1000):
+        if time.monotonic() >= deadline:
+            return False
+    handle.process.wait()
+    return True

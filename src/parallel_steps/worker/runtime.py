@@ -292,9 +292,12 @@ def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
 
 def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, str]:
     """name -> local copy of the entries that need one (URLs; local paths too with `copy_paths`)."""
-    from ..inputs.fetch import copy_once  # asyncio and fsspec: only for a step whose side inputs need copies
+    copied = {name: path for name, path in entries.items() if copy_paths or is_url(path)}
+    if not copied:  # most steps: no import of asyncio and fsspec (a tenth of a second of each worker's start)
+        return {}
+    from ..inputs.fetch import copy_once
 
-    return {name: copy_once(path, root / name) for name, path in entries.items() if copy_paths or is_url(path)}
+    return {name: copy_once(path, root / name) for name, path in copied.items()}
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:
