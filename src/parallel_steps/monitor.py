@@ -50,6 +50,8 @@ class ResourceMonitor:
         self.secrets = sorted((v for v in secrets if len(v) >= _MIN_SECRET), key=len, reverse=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="resource-monitor", daemon=True)
+        # One psutil.Process per worker for the run: its cpu_percent counts from the previous sample.
+        self._processes: dict[int, psutil.Process] = {}
 
     def __enter__(self) -> ResourceMonitor:
         psutil.cpu_percent()  # the first call only sets the baseline
@@ -94,7 +96,7 @@ class ResourceMonitor:
                     folder / "processes_resource_usage.csv",
                     PROCESS_COLUMNS,
                     [
-                        [*_process_row(stamp, name, pid, parents), f"{now:.3f}"]
+                        [*self._process_row(stamp, name, pid, parents), f"{now:.3f}"]
                         for name, pid in workers.get(node_id, [])
                     ],
                 )
@@ -107,25 +109,27 @@ class ResourceMonitor:
                 snapshot_file.parent.mkdir(parents=True, exist_ok=True)
                 snapshot_file.write_text(snapshot)
 
-
-def _process_row(stamp: str, name: str, pid: int, parents: dict[int, int]) -> list[object]:
-    """A worker's row; its children counted from the table's parents (psutil would read every process again)."""
-    try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            memory = process.memory_info()
-            return [
-                stamp,
-                name,
-                pid,
-                process.cpu_percent(),
-                memory.rss >> 20,
-                memory.vms >> 20,
-                process.num_threads(),
-                _descendants(pid, parents),
-            ]
-    except psutil.Error:
-        return [stamp, name, pid, "", "", "", "", ""]
+    def _process_row(self, stamp: str, name: str, pid: int, parents: dict[int, int]) -> list[object]:
+        """A worker's row; its children counted from the table's parents (psutil would read every process
+        again). Its CPU share since the previous sample (0.0 at its first)."""
+        try:
+            if pid not in self._processes:
+                self._processes[pid] = psutil.Process(pid)
+            process = self._processes[pid]
+            with process.oneshot():
+                memory = process.memory_info()
+                return [
+                    stamp,
+                    name,
+                    pid,
+                    process.cpu_percent(),
+                    memory.rss >> 20,
+                    memory.vms >> 20,
+                    process.num_threads(),
+                    _descendants(pid, parents),
+                ]
+        except psutil.Error:
+            return [stamp, name, pid, "", "", "", "", ""]
 
 
 def _process_table() -> tuple[str, dict[int, int]]:

@@ -308,6 +308,20 @@ class TestParallelRunStepCompatibility:
         rows = pd.read_csv(usage)
         assert rows["children"].iloc[-1] == 1  # the last sample, taken while the workers still run
 
+    def test_the_resource_usage_shows_a_busy_worker_using_cpu(self, make_files, write_script):
+        make_files(1)
+        write_script(
+            "import time\n"
+            "def run(mini_batch):\n"
+            "    end = time.process_time() + 1.5\n"
+            "    while time.process_time() < end:\n"
+            "        pass\n"
+            "    return mini_batch\n"
+        )
+        summary = run_step(step(process_count_per_node=1, resource_monitor_interval=0.2))
+        rows = pd.read_csv(Path(summary["run_dir"]) / "logs/perf/node0/processes_resource_usage.csv")
+        assert rows["cpu_percent"].max() > 10  # each sample counts from the one before (psutil's first is 0.0)
+
     def test_every_file_of_the_log_layout_exists(self, make_files, write_script):
         make_files(3)
         write_script(ECHO)
