@@ -142,6 +142,7 @@ def test_three_nodes_with_aws_batch_variables_form_one_job_whose_status_is_the_s
 
     assert main_code == expected, [main_err[-3000:]] + [err[-2000:] for _, _, err in others]
     assert [code for code, _, _ in others] == [0, 0], [err[-2000:] for _, _, err in others]
+    assert main_out.strip(), main_err[-3000:]  # the summary, not an error before the run
     summary = read_json_stdout(main_out)
     assert summary["config"]["node_count"] == 3
     assert summary["config"]["backend"] == "ray"
