@@ -98,13 +98,18 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def run_cli(tmp_path: Path, run_dir: Path, output: Path) -> subprocess.CompletedProcess:
+def write_inputs(tmp_path: Path, script: str, text: str) -> None:
+    """The FILES inputs and the entry script, written once per test."""
     data = tmp_path / "data"
     if not data.exists():
         data.mkdir()
         for i in range(FILES):
             (data / f"f{i:04d}.txt").write_text(f"{i}\n")
-        (tmp_path / "big.py").write_text(BIG_ROWS)
+        (tmp_path / script).write_text(text)
+
+
+def run_cli(tmp_path: Path, run_dir: Path, output: Path) -> subprocess.CompletedProcess:
+    write_inputs(tmp_path, "big.py", BIG_ROWS)
     command = [
         sys.executable, "-m", "parallel_steps.cli", "run", "--json", "--entry-script", "big.py", "--input", "data",
         "--mini-batch-size", "1", "--process-count-per-node", "2", "--run-dir", str(run_dir), "--output", str(output),
@@ -165,12 +170,7 @@ def test_a_full_output_folder_fails_the_run_in_one_line_and_a_rerun_delivers(tmp
 
 def run_phase(tmp_path: Path, disk: Path, phase: str, *options: str, row_bytes: int = 1000):
     """The step on one worker, FILL=`phase` filling `disk`; the run directory is `disk`/run."""
-    data = tmp_path / "data"
-    if not data.exists():
-        data.mkdir()
-        for i in range(FILES):
-            (data / f"f{i:04d}.txt").write_text(f"{i}\n")
-        (tmp_path / "fills.py").write_text(FILLS)
+    write_inputs(tmp_path, "fills.py", FILLS)
     command = [
         sys.executable, "-m", "parallel_steps.cli", "run", "--json", "--entry-script", "fills.py", "--input", "data",
         "--mini-batch-size", "1", "--process-count-per-node", "1", "--run-dir", str(disk / "run"), *options,
