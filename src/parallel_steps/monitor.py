@@ -28,6 +28,9 @@ DISK_COLUMNS = ["time", "path", "total_mb", "used_mb", "free_mb", "percent"]
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _MIN_SECRET = 4  # shorter values ("1", "yes") are not worth masking and would garble the table
+#: A command line's NULs (between arguments) become spaces and other control bytes "?", as `ps` shows
+#: them: a `python -c` script's newline would otherwise split one process over lines of the table.
+_PRINTABLE = bytes.maketrans(bytes(range(32)) + b"\x7f", b" " + b"?" * 32)
 #: node id -> [(process name, pid)] of the workers alive now
 WorkerProcesses = Callable[[], dict[str, list[tuple[str, int]]]]
 
@@ -171,7 +174,8 @@ def _process_line(pid: int) -> tuple[int, str] | None:
     fields = stat[name_end + 2 :].split()  # from field 3 (state) on: see proc(5)
     ppid, cpu = int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     rss = int(fields[21]) * _PAGE_SIZE >> 20
-    text = (command.replace(b"\0", b" ").strip() or stat[stat.find(b"(") + 1 : name_end]).decode(errors="replace")
+    name = stat[stat.find(b"(") + 1 : name_end]  # a kernel thread has no command line
+    text = (command.translate(_PRINTABLE).strip() or name.translate(_PRINTABLE)).decode(errors="replace")
     return ppid, f"{pid:>7} {ppid:>7} {rss:>8} {cpu:>8.1f}  {text[:300]}"
 
 

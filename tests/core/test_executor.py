@@ -354,6 +354,22 @@ class TestParallelRunStepCompatibility:
         )
         assert json.loads((Path(summary["run_dir"]) / "run.json").read_text())["status"] == "Succeeded"
 
+    def test_the_process_snapshot_shows_a_command_line_with_a_newline_on_one_line(self, make_files, write_script):
+        make_files(1)
+        write_script(ECHO)
+        script = "import time\ntime.sleep(60)"  # a `python -c` script, as schedulers and tests start them
+        with subprocess.Popen([sys.executable, "-c", script]) as other:
+            try:
+                summary = run_step(step(process_count_per_node=1))
+            finally:
+                other.kill()
+        snapshot = next((Path(summary["run_dir"]) / "logs/perf/node0/os").glob("*/processes_*")).read_text()
+        rows = [line.split() for line in snapshot.splitlines()[1:]]
+        assert all(row and row[0].isdigit() for row in rows), "every line is a process"
+        assert [row[4:] for row in rows if row[0] == str(other.pid)] == [
+            [sys.executable, "-c", "import", "time?time.sleep(60)"]
+        ]
+
 
 class TestOutput:
     @pytest.mark.parametrize(
