@@ -156,6 +156,19 @@ def stop(cluster: dict) -> None:
     assert not _running(_processes(cluster)), "the test's Ray cluster did not stop"
 
 
+def worker_actors(cluster: dict) -> list[str]:
+    """parallel-steps actors still running in the cluster (Ray titles them `ray::ParallelStepsWorker...`)."""
+    left = []
+    for process in _running(_processes(cluster)):
+        try:
+            title = " ".join(process.cmdline()) or process.name()
+        except psutil.Error:
+            continue
+        if "ParallelStepsWorker" in title or "Mailbox" in title:
+            left.append(f"{process.pid} {title[:80]}")
+    return left
+
+
 def _processes(cluster: dict) -> list[psutil.Process]:
     """The cluster's processes: those naming its temp dir or GCS port, and their children (Ray renames its
     agents and workers, e.g. `ray::DashboardAgent`, so only their parents name the cluster)."""

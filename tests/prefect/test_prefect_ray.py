@@ -1,35 +1,74 @@
-"""`parallel_run` with `backend="ray"` and `ray_address`: the step's workers are actors on a running cluster.
+"""A Prefect flow's step on a running, token-protected Ray cluster (started with `ray start --head`, as a user
+starts one): as actors of the flow's own driver (`backend="ray"`, `ray_address`), or as a Ray job
+(`submit_to="ray_job"`) that the task follows; a cancelled flow run stops the job; a `RayCluster` block
+gives the cluster's address and token, which shows up nowhere.
 
-The cluster is started with `ray start --head` as a user would; its processes detach from this test
-process, so they are found (and stopped) by the cluster's own temp dir, and the cluster's worker processes
-are checked for leftover parallel-steps actors after the run.
+The job's entry script holds every run() at a gate (a file the test creates), so the job is provably
+running while the test cancels the flow run.
 """
 
-import contextlib
-import os
-import re
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
 from pathlib import Path
 
-import psutil
 import pytest
-from prefect_helpers import wait_for
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId
+from prefect.context import FlowRunContext
+from prefect.states import Cancelling
+from prefect_helpers import artifacts, flow_run_id, summary_table, task_states, wait_for
 
-from parallel_steps.prefect import parallel_run
+from parallel_steps.prefect import RayCluster, parallel_run, parallel_run_async
 from prefect import flow
+from ray_head import GATED_NAMES, jobs_client, ray_head_as_client, worker_actors, write_gated_step
 
-RAY = str(Path(sys.executable).parent / "ray")
+TOKEN = secrets.token_hex(16)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The cluster, taking TOKEN only; the tests' processes have it in RAY_AUTH_TOKEN."""
+    with ray_head_as_client({"RAY_AUTH_TOKEN": TOKEN}, token=TOKEN) as head:
+        yield head
+
+
+@pytest.fixture
+def fields(tmp_path: Path, cluster: dict) -> dict:
+    """A gated step on 6 files in 3 mini-batches, run by a Ray job on the cluster."""
+    write_gated_step(tmp_path)
+    return dict(
+        name="gated",
+        entry_script=str(tmp_path / "code" / "score.py"),
+        inputs=str(tmp_path / "data"),
+        mini_batch_size=2,
+        process_count_per_node=2,
+        run_invocation_timeout=600,
+        allow_reuse=False,
+        environment_variables={"GATE": str(tmp_path / "gate"), "STARTED": str(tmp_path / "started")},
+        backend="ray",
+        submit_to="ray_job",
+        ray_address=cluster["dashboard"],
+    )
+
+
+def job_status(cluster: dict, job_id: str) -> str:
+    """The Ray job's status once it has ended (a driver exits a moment after it wrote the run's end)."""
+    client = jobs_client(cluster)
+
+    def ended() -> str | None:
+        status = client.get_job_status(job_id).value
+        return None if status in ("PENDING", "RUNNING") else status
+
+    return wait_for(ended, 60, f"the Ray job {job_id} to end")
+
 
 ON_RAY = """
     import os
     import ray
-
-    def init():
-        pass
 
     def run(mini_batch):
         node = ray.get_runtime_context().get_node_id()
@@ -37,111 +76,7 @@ ON_RAY = """
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _cluster_processes(cluster: dict) -> list[psutil.Process]:
-    """The cluster's processes: those naming its temp dir or address, and their children (Ray renames its
-    agents and workers, e.g. `ray::DashboardAgent`, so only their parents name the cluster)."""
-    found = {}
-    for process in psutil.process_iter(["cmdline"]):
-        line = " ".join(process.info["cmdline"] or [])
-        if cluster["temp_dir"] in line or cluster["address"] in line:
-            found[process.pid] = process
-            with contextlib.suppress(psutil.NoSuchProcess):
-                found.update((child.pid, child) for child in process.children(recursive=True))
-    return list(found.values())
-
-
-def _worker_actors(cluster: dict) -> list[str]:
-    """parallel-steps worker actors still running in the cluster (Ray titles them `ray::ParallelStepsWorker...`)."""
-    left = []
-    for process in _running(_cluster_processes(cluster)):
-        try:
-            title = " ".join(process.cmdline()) or process.name()
-        except psutil.Error:
-            continue
-        if "ParallelStepsWorker" in title or "_Mailbox" in title:
-            left.append(f"{process.pid} {title[:80]}")
-    return left
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    temp_dir = tempfile.mkdtemp(prefix="psray")  # short: Ray's socket paths must fit in 107 characters
-    port = _free_port()
-    # `ray start` turns on token auth by itself when it finds ~/.ray/auth_token, a driver only when
-    # RAY_AUTH_MODE says so: state it, so this cluster and the step's driver agree on every machine.
-    env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
-    started = subprocess.run(
-        [
-            RAY,
-            "start",
-            "--head",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "2",
-            "--num-gpus",
-            "0",
-            "--object-store-memory",
-            str(100 * 2**20),
-            "--include-dashboard",
-            "false",
-            "--temp-dir",
-            temp_dir,
-            "--disable-usage-stats",
-            "--dashboard-agent-listen-port",
-            str(_free_port()),
-            "--ray-client-server-port",
-            str(_free_port()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    address = re.search(r"--address='([^']+)'", started.stdout)  # the head's node IP and port
-    cluster = {"address": address.group(1) if address else f":{port}", "temp_dir": temp_dir}
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        assert address, started.stdout + started.stderr
-        yield cluster
-    finally:
-        _stop(cluster)
-
-
-def _stop(cluster: dict) -> None:
-    """Stop only this cluster (`ray stop` would stop every Ray on the machine), children first."""
-    processes = _cluster_processes(cluster)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for process in reversed(processes):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.send_signal(sig)
-        try:
-            wait_for(lambda: not _running(processes), timeout=10, what="the cluster to stop")
-        except AssertionError:
-            continue
-        break
-    assert not _running(_cluster_processes(cluster)), "the test's Ray cluster did not stop"
-
-
-def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
-    """Processes not yet exited (the detached ones become zombies until init reaps them)."""
-    alive = []
-    for process in processes:
-        try:
-            if process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-def test_a_step_runs_on_a_ray_cluster_given_by_ray_address(ray_cluster, write_script, make_files):
+def test_a_step_runs_on_a_ray_cluster_given_by_ray_address(cluster, write_script, make_files):
     script, data = write_script(ON_RAY), make_files(6)
 
     @flow
@@ -152,15 +87,113 @@ def test_a_step_runs_on_a_ray_cluster_given_by_ray_address(ray_cluster, write_sc
             mini_batch_size=2,
             process_count_per_node=2,
             backend="ray",
-            ray_address=ray_cluster["address"],
+            ray_address=cluster["address"],
             name="on-ray",
         )
 
     summary = on_ray()
     assert (summary["status"], summary["mini_batches_total"]) == ("Succeeded", 3)
     assert summary["config"]["backend"] == "ray"
-    assert summary["config"]["ray_address"] == ray_cluster["address"]
+    assert summary["config"]["ray_address"] == cluster["address"]
     lines = [line.split() for line in Path(summary["output_file"]).read_text().splitlines()]
     assert [name for name, _ in lines] == [f"f{i:04d}.txt" for i in range(6)]
     assert len({node for _, node in lines}) == 1  # a Ray node id: run() ran inside a Ray actor
-    wait_for(lambda: not _worker_actors(ray_cluster), timeout=30, what="the worker actors to exit")
+    wait_for(lambda: not worker_actors(cluster), timeout=30, what="the worker actors to exit")
+
+
+def test_a_flow_runs_its_step_as_a_ray_job(fields, cluster, tmp_path):
+    (tmp_path / "gate").touch()
+
+    @flow
+    def score():
+        return parallel_run(**fields)
+
+    summary = score()
+    assert (summary["status"], summary["items_succeeded"], summary["mini_batches_total"]) == ("Succeeded", 6, 3)
+    assert summary["config"]["submit_to"] == "ray_job"
+    assert Path(summary["output_file"]).read_text().splitlines() == GATED_NAMES
+    assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("submit_to", ["ray_job", "local"])
+def test_an_async_flow_awaits_its_steps(fields, cluster, tmp_path, submit_to):
+    """`parallel_run_async` follows a Ray job on the flow's event loop, and runs a local driver in a thread;
+    its artifacts are those of `parallel_run` (Prefect's artifact calls are coroutines in an async task)."""
+    (tmp_path / "gate").touch()
+    backend = "ray" if submit_to == "ray_job" else "local"
+
+    @flow
+    async def score():
+        return await parallel_run_async(**{**fields, "backend": backend, "submit_to": submit_to})
+
+    state = asyncio.run(score(return_state=True))
+    summary = state.result()
+    assert (summary["status"], summary["items_succeeded"], summary["mini_batches_total"]) == ("Succeeded", 6, 3)
+    assert summary["config"]["submit_to"] == submit_to
+    assert summary_table(flow_run_id(state), "gated")["items_succeeded"] == 6
+    assert artifacts(flow_run_id(state), "gated-progress")
+    assert Path(summary["output_file"]).read_text().splitlines() == GATED_NAMES
+    if submit_to == "ray_job":
+        assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
+
+
+def test_cancelling_the_flow_run_stops_the_ray_job(fields, cluster, tmp_path):
+    ids, outcome = {}, {}
+
+    @flow
+    def score():
+        ids["flow_run"] = FlowRunContext.get().flow_run.id
+        return parallel_run(**fields)
+
+    runner = threading.Thread(target=lambda: outcome.setdefault("state", score(return_state=True)))
+    runner.start()
+    wait_for(lambda: len(list((tmp_path / "started").iterdir())) == 2, 180, "both workers to start run()")
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(ids["flow_run"], Cancelling(message="test cancels"), force=True)
+    runner.join(timeout=300)
+    assert not runner.is_alive()
+    (run_dir,) = (tmp_path / "runs").glob("gated-*")
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["status"] == "Canceled"
+    assert "flow run was cancelled" in summary["status_reason"]
+    assert summary["mini_batches_succeeded"] == 0
+    ray_job = json.loads((run_dir / "ray_job.json").read_text())["submission_id"]
+    assert job_status(cluster, ray_job) == "STOPPED"
+    assert task_states(ids["flow_run"]) == {"gated": "Cancelled"}
+
+
+def test_a_ray_cluster_block_gives_the_cluster_and_its_token_which_shows_nowhere(
+    fields, cluster, tmp_path, monkeypatch
+):
+    (tmp_path / "gate").touch()
+    RayCluster(address=cluster["dashboard"], token=TOKEN).save("test-cluster", overwrite=True)
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):  # nothing of the cluster in the environment: the block
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token-file"))
+    step = {name: value for name, value in fields.items() if name != "ray_address"}
+
+    @flow
+    def score(cluster_name: str):
+        return parallel_run(**step, ray_cluster=cluster_name)
+
+    state = score("test-cluster", return_state=True)
+    summary = state.result()
+    assert (summary["status"], summary["items_succeeded"]) == ("Succeeded", 6)
+    assert json.loads((Path(summary["run_dir"]) / "ray_job.json").read_text())["address"] == cluster["dashboard"]
+    for name, value in cluster["env"].items() | {("RAY_AUTH_TOKEN", TOKEN)}:  # for the test's own look at the job
+        monkeypatch.setenv(name, value)
+    assert job_status(cluster, summary["ray_job"]) == "SUCCEEDED"
+    run = flow_run_id(state)
+
+    def all_logs() -> list | None:  # the flow run's logs, once its last line has reached the server
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run])))
+        return logs if any("Finished in state" in log.message and not log.task_run_id for log in logs) else None
+
+    logs = wait_for(all_logs, 60, "the flow run's logs")
+    with get_client(sync_client=True) as client:
+        shown = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run])))
+    assert shown
+    texts = [log.message for log in logs] + [str(artifact.data) for artifact in shown] + [json.dumps(summary)]
+    texts += [p.read_text(errors="replace") for p in Path(summary["run_dir"]).rglob("*") if p.is_file()]
+    assert not [text for text in texts if TOKEN in text], "the token is in a log, an artifact or the run directory"
