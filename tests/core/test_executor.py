@@ -347,7 +347,9 @@ class TestParallelRunStepCompatibility:
         assert snapshots, "ps snapshots"
         table = snapshots[-1].read_text().splitlines()
         assert table[0].split() == ["PID", "PPID", "RSS_MB", "CPU_S", "COMMAND"]
-        assert any(line.split()[0] == str(os.getpid()) and "pytest" in line for line in table[1:]), "this process"
+        mine = [line for line in table[1:] if line.split()[0] == str(os.getpid())]
+        assert len(mine) == 1, "this process"
+        assert psutil.Process().cmdline()[0] in mine[0], "with its command line"
         assert (
             "mini_batch=0 attempt=1 items=3 succeeded=3 failed=0"
             in (logs / "sys/node/node0/process000.txt").read_text()
