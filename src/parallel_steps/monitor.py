@@ -86,7 +86,7 @@ class ResourceMonitor:
         ]
         disk = psutil.disk_usage(str(self.disk_path))
         disk_row = [stamp, str(self.disk_path), disk.total >> 20, disk.used >> 20, disk.free >> 20, disk.percent]
-        snapshot, parents = _process_table()
+        snapshot, children = _process_table()
         for secret in self.secrets:
             snapshot = snapshot.replace(secret, MASK)
         workers = self.workers()
@@ -99,7 +99,7 @@ class ResourceMonitor:
                     folder / "processes_resource_usage.csv",
                     PROCESS_COLUMNS,
                     [
-                        [*self._process_row(stamp, name, pid, parents), f"{now:.3f}"]
+                        [*self._process_row(stamp, name, pid, children), f"{now:.3f}"]
                         for name, pid in workers.get(node_id, [])
                     ],
                 )
@@ -112,9 +112,9 @@ class ResourceMonitor:
                 snapshot_file.parent.mkdir(parents=True, exist_ok=True)
                 snapshot_file.write_text(snapshot)
 
-    def _process_row(self, stamp: str, name: str, pid: int, parents: dict[int, int]) -> list[object]:
-        """A worker's row; its children counted from the table's parents (psutil would read every process
-        again). Its CPU share since the previous sample (0.0 at its first)."""
+    def _process_row(self, stamp: str, name: str, pid: int, children: dict[int, list[int]]) -> list[object]:
+        """A worker's row; its children counted from the table's (psutil would read every process again).
+        Its CPU share since the previous sample (0.0 at its first)."""
         try:
             if pid not in self._processes:
                 self._processes[pid] = psutil.Process(pid)
@@ -129,30 +129,28 @@ class ResourceMonitor:
                     memory.rss >> 20,
                     memory.vms >> 20,
                     process.num_threads(),
-                    _descendants(pid, parents),
+                    _descendants(pid, children),
                 ]
         except psutil.Error:
             return [stamp, name, pid, "", "", "", "", ""]
 
 
-def _process_table() -> tuple[str, dict[int, int]]:
-    """What `ps` would show: every process with its memory and command line, and each one's parent. Read
+def _process_table() -> tuple[str, dict[int, list[int]]]:
+    """What `ps` would show: every process with its memory and command line, and each one's children. Read
     from /proc directly, two small files a process: psutil's iteration takes five to ten times as long
     (40 ms at a hundred processes here), taken from the driver's own time at the start and end of every run."""
     lines = [f"{'PID':>7} {'PPID':>7} {'RSS_MB':>8} {'CPU_S':>8}  COMMAND"]
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     for pid in sorted(int(name) for name in os.listdir("/proc") if name.isdigit()):
         if found := _process_line(pid):
-            parents[pid], line = found
+            parent, line = found
+            children.setdefault(parent, []).append(pid)
             lines.append(line)
-    return "\n".join(lines) + "\n", parents
+    return "\n".join(lines) + "\n", children
 
 
-def _descendants(pid: int, parents: dict[int, int]) -> int:
-    """How many of the processes in `parents` `pid` started, or they started, and so on."""
-    children: dict[int, list[int]] = {}
-    for child, parent in parents.items():
-        children.setdefault(parent, []).append(child)
+def _descendants(pid: int, children: dict[int, list[int]]) -> int:
+    """How many processes `pid` started, or they started, and so on."""
     count, todo = 0, list(children.get(pid, []))
     while todo:
         count += 1

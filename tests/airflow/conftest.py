@@ -1,6 +1,7 @@
 """Fixtures of the Airflow suite: a real Airflow 3 home (SQLite, migrated once), `dag.test()` runs of the
-example DAGs in this process and `airflow dags test` runs as a command, operator contexts for in-process tests, and one running Airflow (scheduler,
-dag-processor, api-server: deployment.py) for the tests that need the real thing.
+example DAGs in this process and `airflow dags test` runs as a command, operator contexts for in-process
+tests, and one running Airflow (scheduler, dag-processor, api-server: deployment.py) for the tests that
+need the real thing.
 
 Airflow reads its configuration when it is first imported, so the environment is set here,
 at import time, before any test module imports Airflow.

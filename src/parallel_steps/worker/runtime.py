@@ -35,7 +35,7 @@ from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
 from ..store.logs import error_section, journal_line, mini_batch_tag
 from ..store.output import Spool, count_rows
-from ..store.space import out_of_space, where_it_fits
+from ..store.space import disk_full, out_of_space, where_it_fits
 from . import entry_script
 from .context import MiniBatchContext, wants_context
 from .downloads import Downloads
@@ -255,7 +255,7 @@ def _not_written(outcome: Outcome, spool: str) -> None:
     """An attempt whose rows the spool could not write for lack of space fails, naming the spool; the
     driver then stops the run (a retry cannot make space)."""
     outcome.ok, outcome.part, outcome.no_space = False, None, spool
-    outcome.error = f"{spool}: no space left on the device"
+    outcome.error = str(disk_full(spool))
 
 
 def _import_script(script: Path) -> ModuleType:
@@ -292,12 +292,12 @@ def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
 
 def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, str]:
     """name -> local copy of the entries that need one (URLs; local paths too with `copy_paths`)."""
-    copied = {name: path for name, path in entries.items() if copy_paths or is_url(path)}
-    if not copied:  # most steps: no import of asyncio and fsspec (a tenth of a second of each worker's start)
+    wanted = {name: path for name, path in entries.items() if copy_paths or is_url(path)}
+    if not wanted:  # most steps: no import of asyncio and fsspec (a tenth of a second of each worker's start)
         return {}
     from ..inputs.fetch import copy_once
 
-    return {name: copy_once(path, root / name) for name, path in copied.items()}
+    return {name: copy_once(path, root / name) for name, path in wanted.items()}
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:
