@@ -23,7 +23,7 @@ from .config import ParallelRunConfig
 from .driver.health import threshold_breach
 from .environment import public_config
 from .inputs.datasets import Dataset
-from .inputs.fingerprints import content_hash, file_identity
+from .inputs.fingerprints import NOT_CODE_DIRS, content_hash, file_identity
 from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import iter_files
@@ -37,7 +37,6 @@ from .store.runs import RunIndex, read_summary
 from .summary import Counters, RunStatus, RunSummary
 from .version import __version__
 
-_SKIPPED_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
 RESULT_FIELDS = ("arguments", "environment_variables", "partition_keys", "output_action", "append_row_dataframe_header")
 _REUSE_SOURCES = 5  # earlier runs whose finished mini-batches a run looks up
 
@@ -101,7 +100,7 @@ def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
 
 def _tree(digest: Any, root: Path, mode: str, skip: set[Path]) -> None:
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and (Path(folder) / d).resolve() not in skip)
+        dirs[:] = sorted(d for d in dirs if d not in NOT_CODE_DIRS and (Path(folder) / d).resolve() not in skip)
         for name in sorted(files):
             path = os.path.join(folder, name)
             try:

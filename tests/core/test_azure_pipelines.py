@@ -135,6 +135,9 @@ def test_a_failed_parallel_job_stops_its_dependants_and_a_rerun_resumes_there(tm
     assert not (Path(failed["run_dir"]) / "jobs" / "report").exists()
 
     (tmp_path / "limit.txt").write_text("100")  # the fix
+    # Python's caches beside the code the jobs share (what importing score.py leaves where bytecode is written)
+    (tmp_path / "src" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "src" / "__pycache__" / "score.cpython-311.pyc").write_bytes(b"cache")
     code, resumed = cli_json("run", "pipeline.yml", "--set", "process_count_per_node=1", cwd=tmp_path)
     assert code == 0, resumed["status_reason"]
     assert resumed["run_dir"] == failed["run_dir"]  # the same run, resumed

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..error_text import error_line
 from ..errors import ConfigError
+from ..inputs.fingerprints import NOT_CODE_DIRS
 from ..inputs.storage import is_url
 from .binding import PLACEHOLDER_ROOT
 from .pipeline import COMMAND_IGNORED, COMMAND_KEYS
@@ -68,8 +69,8 @@ def ignored_keys(job: dict[str, Any], where: str) -> list[str]:
 
 def command_key(job: dict[str, Any], keyed_command: str, skip: Path) -> str:
     """What makes two runs of a command node the same: the command (outputs at placeholder paths), its
-    code and input files (names, sizes, modification times; not under `skip`, the run root), its literal
-    inputs and environment."""
+    code and input files (names, sizes, modification times; not under `skip`, the run root, nor in caches
+    such as the `__pycache__` a parallel job importing the same code leaves), its literal inputs and environment."""
     digest = hashlib.sha256(keyed_command.encode())
     digest.update(json.dumps(job.get("environment_variables") or {}, sort_keys=True, default=str).encode())
     sources = [job.get("code")] + [v["path"] for v in (job.get("inputs") or {}).values() if isinstance(v, dict)]
@@ -88,7 +89,9 @@ def _digest_tree(digest: Any, path: str, skip: str) -> None:
         digest.update(f"{stat.st_size} {stat.st_mtime_ns}".encode())
         return
     for folder, subfolders, files in os.walk(path):
-        subfolders[:] = sorted(name for name in subfolders if os.path.join(folder, name) != skip)
+        subfolders[:] = sorted(
+            name for name in subfolders if name not in NOT_CODE_DIRS and os.path.join(folder, name) != skip
+        )
         for name in sorted(files):
             stat = os.stat(os.path.join(folder, name))
             digest.update(

@@ -14,6 +14,11 @@ from . import storage
 from .storage import Stat, is_url
 
 _BLOCK = 1 << 20
+# Folders of a source tree that are not its code: caches (a run's own imports write __pycache__ beside the
+# entry script) and version-control or environment state. Reuse keys of steps and command jobs skip them.
+NOT_CODE_DIRS = frozenset(
+    {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
+)
 
 
 def file_identity(path: str, stat: Stat | None, mode: str, name: str | None = None) -> bytes:
