@@ -35,6 +35,7 @@ AIRFLOW = Path(sys.executable).with_name("airflow")
 STARTUP_TIMEOUT = 240  # seconds; a 2-core CI machine imports Airflow in three processes at once
 RUN_TIMEOUT = 240
 STOP_GRACE = 30
+RESEND_TERM_S = 10  # see Components.stop
 COMPONENTS = {
     "api-server": ["api-server"],
     "scheduler": ["scheduler", "--skip-serve-logs"],  # no log server: the API reads task logs from local files
@@ -82,11 +83,19 @@ class Components:
 
     def stop(self) -> list[str]:
         """Stop the components as a service manager would (SIGTERM, then wait); what is still alive
-        STOP_GRACE seconds later is killed, and its command line returned."""
+        STOP_GRACE seconds later is killed, and its command line returned.
+
+        A component still running after RESEND_TERM_S gets a second SIGTERM: Airflow's dag-processor
+        loses one that lands while it forks a parser (its handler's `sys.exit` then runs inside the
+        fork's logging hook, where Python ignores the exception), and keeps parsing."""
         tree = [p for proc in self.processes.values() for p in _with_descendants(proc.pid)]
         for proc in self.processes.values():
             proc.terminate()
-        _, alive = psutil.wait_procs(tree, timeout=STOP_GRACE)
+        psutil.wait_procs(tree, timeout=RESEND_TERM_S)
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.terminate()
+        _, alive = psutil.wait_procs(tree, timeout=STOP_GRACE - RESEND_TERM_S)
         left = [" ".join(_cmdline(p)) for p in alive]
         for process in alive:
             with contextlib.suppress(psutil.NoSuchProcess):
