@@ -23,7 +23,7 @@ from .config import ParallelRunConfig
 from .driver.health import threshold_breach
 from .environment import public_config
 from .inputs.datasets import Dataset
-from .inputs.fingerprints import NOT_CODE_DIRS, content_hash, file_identity
+from .inputs.fingerprints import code_files, content_hash, file_identity
 from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import iter_files
@@ -56,7 +56,9 @@ def code_key(
     else:
         digest.update(b"script\0" + content_hash(str(entry_script)).encode())
     if config.source_directory:
-        _tree(digest, Path(config.source_directory), config.reuse_fingerprint, {Path(p).resolve() for p in skip})
+        root, skipped = config.source_directory, {Path(p).resolve() for p in skip}
+        for code, found in code_files(root, skipped):
+            digest.update(file_identity(code, found, config.reuse_fingerprint, name=os.path.relpath(code, root)))
     for kind, entries in (("side_input", side_inputs), ("model", models)):
         for name, path in sorted(entries.items()):
             digest.update(f"{kind}\0{name}\0".encode())
@@ -96,17 +98,6 @@ def step_key(code: str, fingerprints: Iterable[str | None]) -> str:
             raise ValueError("a step key needs every mini-batch's fingerprint")
         digest.update(fingerprint.encode())
     return digest.hexdigest()
-
-
-def _tree(digest: Any, root: Path, mode: str, skip: set[Path]) -> None:
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in NOT_CODE_DIRS and (Path(folder) / d).resolve() not in skip)
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            try:
-                digest.update(file_identity(path, os.stat(path), mode, name=os.path.relpath(path, root)))
-            except OSError:
-                continue  # vanished or unreadable: not part of the code
 
 
 class ReuseSources:

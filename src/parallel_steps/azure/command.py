@@ -22,7 +22,7 @@ from typing import Any
 
 from ..error_text import error_line
 from ..errors import ConfigError
-from ..inputs.fingerprints import NOT_CODE_DIRS
+from ..inputs.fingerprints import code_files
 from ..inputs.storage import is_url
 from .binding import PLACEHOLDER_ROOT
 from .pipeline import COMMAND_IGNORED, COMMAND_KEYS
@@ -76,11 +76,11 @@ def command_key(job: dict[str, Any], keyed_command: str, skip: Path) -> str:
     sources = [job.get("code")] + [v["path"] for v in (job.get("inputs") or {}).values() if isinstance(v, dict)]
     for source in sources:
         if isinstance(source, str):
-            _digest_tree(digest, source, str(skip))
+            _digest_tree(digest, source, skip.resolve())
     return digest.hexdigest()
 
 
-def _digest_tree(digest: Any, path: str, skip: str) -> None:
+def _digest_tree(digest: Any, path: str, skip: Path) -> None:
     digest.update(f"\0{path}\0".encode())
     if is_url(path) or not os.path.exists(path):
         return
@@ -88,15 +88,8 @@ def _digest_tree(digest: Any, path: str, skip: str) -> None:
         stat = os.stat(path)
         digest.update(f"{stat.st_size} {stat.st_mtime_ns}".encode())
         return
-    for folder, subfolders, files in os.walk(path):
-        subfolders[:] = sorted(
-            name for name in subfolders if name not in NOT_CODE_DIRS and os.path.join(folder, name) != skip
-        )
-        for name in sorted(files):
-            stat = os.stat(os.path.join(folder, name))
-            digest.update(
-                f"{os.path.relpath(os.path.join(folder, name), path)} {stat.st_size} {stat.st_mtime_ns}\n".encode()
-            )
+    for file, stat in code_files(path, {skip}):
+        digest.update(f"{os.path.relpath(file, path)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
 
 
 def keyed(command: str, outputs: dict[str, dict[str, Any]]) -> str:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from pathlib import Path
 
 from ..errors import InputError
 from . import storage
@@ -19,6 +20,19 @@ _BLOCK = 1 << 20
 NOT_CODE_DIRS = frozenset(
     {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", ".pytest_cache", ".venv", ".venvs"}
 )
+
+
+def code_files(root: str | Path, skip: Collection[Path] = ()) -> Iterator[tuple[str, os.stat_result]]:
+    """The files of a source tree with their stats, in a stable order: not in `NOT_CODE_DIRS`, not under a
+    folder of `skip` (resolved paths: run and output folders inside it), none that vanished meanwhile."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in NOT_CODE_DIRS and (Path(folder) / d).resolve() not in skip)
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            try:
+                yield path, os.stat(path)
+            except OSError:
+                continue  # vanished or unreadable: not part of the code
 
 
 def file_identity(path: str, stat: Stat | None, mode: str, name: str | None = None) -> bytes:
