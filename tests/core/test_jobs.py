@@ -19,6 +19,8 @@ from pathlib import Path
 def init():
     Path("pids", str(os.getpid())).touch()
 def run(mini_batch):
+    while os.environ.get("GATE") and not Path(os.environ["GATE"]).exists():  # held until the test opens it
+        time.sleep(0.02)
     time.sleep(float(os.environ.get("SLEEP", "0.2")))
     return mini_batch
 """
@@ -47,12 +49,14 @@ def alive(pids) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-def test_detached_run_followed_with_status_logs_and_wait(slow_step):
+def test_detached_run_followed_with_status_logs_and_wait(slow_step, monkeypatch):
+    monkeypatch.setenv("GATE", "go")
     run_id, run_dir = detach(slow_step)
     code, status = cli_json("status", run_id)
     assert code == 0
-    assert status["status"] in ("Queued", "Running")
+    assert status["status"] in ("Queued", "Running")  # its mini-batches wait for the gate
     assert status["run_id"] == run_id
+    Path("go").touch()
     follow = subprocess.run(
         [sys.executable, "-m", "parallel_steps.cli", "logs", run_id, "--follow"],
         capture_output=True,
@@ -112,7 +116,8 @@ def test_status_of_a_run_whose_driver_was_killed(tmp_path, slow_step):
     assert alive(worker_pids(tmp_path)) == []
 
 
-def test_a_second_driver_on_a_running_run_stops_at_once_and_changes_nothing(tmp_path, slow_step):
+def test_a_second_driver_on_a_running_run_stops_at_once_and_changes_nothing(tmp_path, slow_step, monkeypatch):
+    monkeypatch.setenv("GATE", "go")
     run_id, run_dir = detach(slow_step)
     deadline = time.monotonic() + 60
     while len(worker_pids(tmp_path)) < 2:
@@ -122,6 +127,7 @@ def test_a_second_driver_on_a_running_run_stops_at_once_and_changes_nothing(tmp_
     assert second.returncode == 2
     (line,) = second.stderr.splitlines()
     assert f"{run_dir}: another driver is running this run (pid " in line
+    Path("go").touch()  # the first run's mini-batches go on
     code, summary = cli_json("wait", run_id, "--timeout", "120")
     assert (code, summary["status"], summary["mini_batches_succeeded"]) == (0, "Succeeded", 20)
     assert sorted(Path(summary["output_file"]).read_text().splitlines()) == sorted(map(str, Path("data").iterdir()))
