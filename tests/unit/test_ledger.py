@@ -156,3 +156,45 @@ def test_a_ledger_of_another_layout_is_rebuilt_empty(tmp_path):
     ledger = Ledger(path)
     assert ledger.counts() == {}
     ledger.close()
+
+
+class _Watched:
+    """A writer's connection that, after each script it runs (how a ledger builds its tables), lets `look` read
+    the file as another process would."""
+
+    def __init__(self, db: sqlite3.Connection, look):
+        self._db, self._look = db, look
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+    def executescript(self, script):
+        result = self._db.executescript(script)
+        self._look()
+        return result
+
+
+def test_a_reader_never_sees_a_new_ledgers_layout_without_its_tables(tmp_path, monkeypatch):
+    """`status` may read a run's ledger while its driver creates it: whenever the writer has built part of it, a
+    ledger of this layout has its tables (or is not of this layout yet, which a reader takes for none)."""
+    path = tmp_path / "ledger.sqlite"
+    seen = []
+
+    def look():
+        reader = Ledger.open_readonly(path)
+        if reader is not None:
+            try:
+                seen.append(len(reader.rows()))
+            finally:
+                reader.close()
+
+    connect, connections = sqlite3.connect, []
+
+    def watch_the_first(*args, **kwargs):  # the writer's; the reader's own connections are not watched
+        connections.append(connect(*args, **kwargs))
+        return _Watched(connections[0], look) if len(connections) == 1 else connections[-1]
+
+    monkeypatch.setattr(sqlite3, "connect", watch_the_first)
+    Ledger(path).close()
+
+    assert seen == [0]  # the reader looked once, at the finished ledger, never at a half-made one

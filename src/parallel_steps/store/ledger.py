@@ -130,10 +130,12 @@ class Ledger(LedgerQueries):
                 f"was written by a newer parallel-steps (ledger layout {layout}; this version reads {_LAYOUT}); "
                 "rerun the step with that version, or in a fresh run directory",
             )
-        if layout != _LAYOUT:
-            drops = " ".join(f"DROP TABLE IF EXISTS {table};" for table in _TABLES)
-            self._db.executescript(f"{drops} PRAGMA user_version={_LAYOUT};")
-        self._db.executescript(_SCHEMA)
+        if layout == _LAYOUT:
+            self._db.executescript(_SCHEMA)
+            return
+        # One transaction: a reader (`status` while the run starts) sees the layout only with its tables.
+        drops = " ".join(f"DROP TABLE IF EXISTS {table};" for table in _TABLES)
+        self._db.executescript(f"BEGIN; {drops} {_SCHEMA} PRAGMA user_version={_LAYOUT}; COMMIT;")
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Ledger | None:
