@@ -143,13 +143,12 @@ class WorkerPool(abc.ABC):
         )
 
     def _ready(self, worker: WorkerInfo) -> Any:
-        """The handle of a worker that takes mini-batches, or None when the pool lost it since the
-        driver last looked (its `Lost` event sends the driver's queue for it elsewhere)."""
+        """The handle of a worker that takes mini-batches, or None when the pool lost it or gave it up
+        (timed out, over its memory limit) since the driver last looked: its `Lost` event, which a given-up
+        worker's kill brings, sends the driver's queue for it elsewhere."""
         self._check_open()
         handle = self._handles.get(worker.id)
-        if handle is not None and handle.slot.state is not WorkerState.READY:
-            raise RuntimeError(f"worker {worker.id} is {handle.slot.state.value}, not ready")
-        return handle
+        return handle if handle is not None and handle.slot.state is WorkerState.READY else None
 
     def _check_open(self) -> None:
         if not self._open:
