@@ -95,8 +95,9 @@ class WorkerPool(abc.ABC):
         """Queue one mini-batch on a ready worker; it runs its queue in order, one at a time.
 
         `timeout` bounds each run() from the moment the worker starts it (None: no bound). A
-        worker the pool no longer knows (it was lost since the driver last looked) is ignored:
-        its `Lost` event sends the driver's queue for it elsewhere.
+        worker the pool no longer knows, or has given up on (lost, timed out or over its memory
+        limit since the driver last looked), is ignored: its `Lost` event sends the driver's
+        queue for it elsewhere.
         """
 
     @abc.abstractmethod
