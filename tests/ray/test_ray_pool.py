@@ -170,8 +170,10 @@ def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_
                 if kind == "raise":
                     raise RuntimeError(f"planned failure on {name}")
                 if kind == "hog":
-                    block = b"x" * (600 * 2**20)
-                    time.sleep(600)
+                    # Only the memory limit may end it: under load its sample can come after a 4 s timeout.
+                    with EntryScript().hang_timeout(None):
+                        block = b"x" * (600 * 2**20)
+                        time.sleep(600)
             if kind == "slow":
                 with EntryScript().hang_timeout(None):  # longer than run_invocation_timeout, on purpose
                     time.sleep(6)
