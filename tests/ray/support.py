@@ -40,6 +40,19 @@ MARKER_CODE = textwrap.dedent('''
                 raise TimeoutError(f"fewer than {count} workers started")
             time.sleep(0.05)
 
+    def _wait_for_runs(count, timeout=120):
+        """Hold run() until `count` workers are in run(): once the first run() returns, the queues deepen
+        and the rest may go to the workers that were ready first (init() markers cannot promise a share)."""
+        folder = os.path.join(os.environ["FLAGS"], "running")
+        os.makedirs(folder, exist_ok=True)
+        name = f"node{os.environ['PARALLEL_STEPS_NODE_INDEX']}-{os.environ['PARALLEL_STEPS_PROCESS_NAME']}"
+        open(os.path.join(folder, name), "w").close()
+        deadline = time.monotonic() + timeout
+        while len(os.listdir(folder)) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {count} workers ran")
+            time.sleep(0.05)
+
     def _first_time(name):
         """True once per name across all attempts and workers (a flag file in $FLAGS)."""
         try:

@@ -69,7 +69,7 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
             EntryScript().logger.info("init logged")
 
         def run(mini_batch):
-            _wait_for_markers(4)
+            _wait_for_runs(4)
             return [f"{os.path.basename(p)} {weights}" for p in mini_batch]
     """,
     )
