@@ -32,13 +32,17 @@ MARKER_CODE = textwrap.dedent('''
             json.dump(info, file)
         os.rename(os.path.join(folder, "." + name), os.path.join(folder, name))
 
+    def _wait_for_files(folder, count, timeout, what):
+        """Hold until `folder` has `count` files (those being written, named ".*", aside)."""
+        deadline = time.monotonic() + timeout
+        while len([n for n in os.listdir(folder) if not n.startswith(".")]) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {count} workers {what}")
+            time.sleep(0.05)
+
     def _wait_for_markers(count, timeout=120):
         """Hold run() until `count` workers have written their marker (so all of them take part)."""
-        deadline = time.monotonic() + timeout
-        while len([n for n in os.listdir(os.environ["MARKERS"]) if not n.startswith(".")]) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"fewer than {count} workers started")
-            time.sleep(0.05)
+        _wait_for_files(os.environ["MARKERS"], count, timeout, "started")
 
     def _wait_for_runs(count, timeout=120):
         """Hold run() until `count` workers are in run(): once the first run() returns, the queues deepen
@@ -47,11 +51,7 @@ MARKER_CODE = textwrap.dedent('''
         os.makedirs(folder, exist_ok=True)
         name = f"node{os.environ['PARALLEL_STEPS_NODE_INDEX']}-{os.environ['PARALLEL_STEPS_PROCESS_NAME']}"
         open(os.path.join(folder, name), "w").close()
-        deadline = time.monotonic() + timeout
-        while len(os.listdir(folder)) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"fewer than {count} workers ran")
-            time.sleep(0.05)
+        _wait_for_files(folder, count, timeout, "ran")
 
     def _first_time(name):
         """True once per name across all attempts and workers (a flag file in $FLAGS)."""
