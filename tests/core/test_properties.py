@@ -145,7 +145,7 @@ def prepare(tmp_path: Path, step_file: str) -> Path:
 # SIGALRM ends a command that never does (a status of -14).
 FORK_SERVER = """
 import atexit, json, os, signal, sys, tempfile, threading
-import _strptime, jinja2, yaml  # what the commands import (a speed-up only: a child imports what is missing)
+import _strptime, yaml  # what the commands import (a speed-up only: a child imports what is missing)
 import parallel_steps.azure.pipeline, parallel_steps.cli, parallel_steps.launch, parallel_steps.pool.local
 import parallel_steps.report.render, parallel_steps.step, parallel_steps.worker.runtime
 

@@ -24,7 +24,7 @@ from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.driver.faults import signature
 from parallel_steps.report import key_figures, mask_config, write_report
 from parallel_steps.report.data import page_data as report_data
-from parallel_steps.report.records import Attempt, RunRecords
+from parallel_steps.report.records import Attempts, RunRecords
 from parallel_steps.step import run_step
 from parallel_steps.store.ledger import Ledger
 from parallel_steps.store.logs import RunLogs
@@ -413,16 +413,29 @@ def test_chromium_opens_the_page_offline_and_draws_the_timeline(run, request, tm
 # Parts -------------------------------------------------------------------------------------------------
 
 
+def one_worker(outcomes: list[str]) -> Attempts:
+    """Attempts of 10 ms each, one after another on one worker."""
+    n = len(outcomes)
+    return Attempts(
+        mini_batch=list(range(n)),
+        attempt=[1] * n,
+        worker=["node0/process000"] * n,
+        items=[1] * n,
+        items_succeeded=[1] * n,
+        outcome=outcomes,
+        start=[i * 0.01 for i in range(n)],
+        duration=[0.01] * n,
+        error=[""] * n,
+    )
+
+
 def test_merged_bars_keep_outcomes_apart_even_when_they_alternate(tmp_path):
     """Every other attempt failed: no bar can merge two, so merging stops at the whole span."""
-    attempts = [
-        Attempt(i, 1, "node0/process000", 1, 1, 1, "failed" if i % 2 else "succeeded", i * 0.01, 0.01, "")
-        for i in range(50)
-    ]
-    records = RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, attempts, [])
+    alternating = one_worker(["failed" if i % 2 else "succeeded" for i in range(50)])
+    records = RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, alternating, [])
     bars = report_data(records, max_bars=10)["timeline"]["bars"]
     assert (len(bars["start"]), bars["count"]) == (50, [1] * 50)
-    calm = [a._replace(outcome="succeeded") for a in attempts]
+    calm = one_worker(["succeeded"] * 50)
     bars = report_data(RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, calm, []), max_bars=10)["timeline"]["bars"]
     assert len(bars["start"]) <= 10
     assert sum(bars["count"]) == 50

@@ -1,8 +1,8 @@
 """The run report: a self-contained HTML page per run (timeline per worker, throughput, durations,
 slowest mini-batches, error groups, resources), a Chrome trace, and short texts for the engines.
 
-`data` reads what the run recorded; `render` turns it into the page (report.html.j2), the trace
-and the texts; `publish` uploads the page beside an output that went to a URL.
+`records` reads what the run recorded and `data` reduces it to the page's data; `render` turns that into
+the page (`page`), the trace and the texts; `publish` uploads the page beside an output that went to a URL.
 """
 
 from .publish import served_report, upload_report

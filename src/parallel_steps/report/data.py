@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import math
+import operator
 from typing import Any, NamedTuple
 
 from ..error_text import signature
 from ..store.logs import failure_section
-from .records import Attempt, RunRecords, mask_config, natural, read_samples, unix
+from .records import Attempts, RunRecords, mask_config, natural, read_samples, unix
 
 MAX_BARS = 20_000  # timeline bars drawn one per attempt up to this; past it, neighbours are merged
 SLOWEST = 20
@@ -34,10 +36,11 @@ def page_data(records: RunRecords, max_bars: int = MAX_BARS) -> dict[str, Any]:
     """Everything the page shows, as JSON data."""
     notes: list[str] = []
     span = records.span
+    summary = _summary(records)
     return dict(
-        summary=_summary(records),
+        summary=summary,
         config=mask_config(records.summary.get("config") or {}),
-        timeline=_timeline(records, max_bars, notes),
+        timeline=_timeline(records, summary["reused_from"], max_bars, notes),
         throughput=_throughput(records, span),
         durations=_durations(records.attempts),
         slowest=_slowest(records),
@@ -75,8 +78,9 @@ def _summary(records: RunRecords) -> dict[str, Any]:
     )
     shown = {key: summary.get(key) for key in keys}
     elapsed = summary.get("elapsed_s") or 0
-    ran_items = sum(a.items_succeeded or 0 for a in records.attempts if a.outcome == "succeeded")
-    shown["attempts"] = len(records.attempts)
+    attempts = records.attempts
+    ran_items = sum(n or 0 for n, outcome in zip(attempts.items_succeeded, attempts.outcome) if outcome == "succeeded")
+    shown["attempts"] = len(attempts)
     shown["mini_batches_per_s"] = round(summary.get("mini_batches_run", 0) / elapsed, 3) if elapsed else None
     shown["items_per_s"] = round(ran_items / elapsed, 3) if elapsed else None
     shown["reused_from"] = _reused_from(records)
@@ -86,11 +90,11 @@ def _summary(records: RunRecords) -> dict[str, Any]:
 def _reused_from(records: RunRecords) -> dict[str, int]:
     """Reused mini-batches by the run they were taken from (this run's own id: a resume)."""
     if not records.summary.get("mini_batches_reused"):
-        return {}  # spares reading every ledger row
-    return dict(collections.Counter(row["reused_from"] for row in records.ledger_rows() if row["reused_from"]))
+        return {}  # spares opening the ledger
+    return records.reused_from()
 
 
-def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str, Any]:
+def _timeline(records: RunRecords, reused_from: dict[str, int], max_bars: int, notes: list[str]) -> dict[str, Any]:
     attempts = records.attempts
     bars, width = _bars(attempts, max_bars)
     if width is not None:
@@ -102,7 +106,7 @@ def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str,
         )
     reused = records.summary.get("mini_batches_reused") or 0
     if reused:
-        sources = ", ".join(f"{run} ({n})" for run, n in _reused_from(records).items())
+        sources = ", ".join(f"{run} ({n})" for run, n in reused_from.items())
         notes.append(
             f"{reused:,} mini-batches were reused (from {sources or 'earlier runs'}): they did not run in this "
             "run, so they have no bar; they are counted in the summary."
@@ -135,49 +139,60 @@ def _timeline(records: RunRecords, max_bars: int, notes: list[str]) -> dict[str,
     )
 
 
-def _bars(attempts: list[Attempt], max_bars: int) -> tuple[dict[str, list[Any]], float | None]:
+def _bars(attempts: Attempts, max_bars: int) -> tuple[dict[str, list[Any]], float | None]:
     """The timeline's bars, one per attempt. Past `max_bars`, attempts of the same outcome that run one
     after another on a worker are drawn as one bar spanning at most a width, starting at about a
     pixel of the whole timeline and doubled until the bars fit (or span it all: outcomes that
     alternate all the time stay apart). Returns the bars and that width."""
-    width = None
-    groups = [[a] for a in attempts]
-    if len(attempts) > max_bars:
-        by_worker: dict[str, list[Attempt]] = collections.defaultdict(list)
-        for attempt in attempts:
-            by_worker[attempt.worker].append(attempt)
-        span = max(a.end for a in attempts)
-        width = float(f"{span / 2000:.2g}") or 0.001
-        while len(groups := [g for runs in by_worker.values() for g in _merge(runs, width)]) > max_bars:
-            if width > span:
-                break
-            width *= 2
-    columns: dict[str, list[Any]] = {
-        key: [] for key in ("worker", "start", "end", "outcome", "mini_batch", "attempt", "items", "count", "error")
-    }
-    for group in groups:
-        first = group[0]
-        single = len(group) == 1
-        columns["worker"].append(first.worker)
-        columns["start"].append(first.start)
-        columns["end"].append(round(first.end if single else max(a.end for a in group), 3))
-        columns["outcome"].append(first.outcome)
-        columns["mini_batch"].append(first.mini_batch)
-        columns["attempt"].append(first.attempt)
-        columns["items"].append(first.items if single else sum(a.items or 0 for a in group))
-        columns["count"].append(len(group))
-        columns["error"].append(first.error)
+    if len(attempts) <= max_bars:
+        bars, width, count = attempts, None, [1] * len(attempts)
+        end = list(map(round, attempts.end, itertools.repeat(3)))
+        items = attempts.items
+    else:
+        groups, width = _merged(attempts, max_bars)
+        bars, count = attempts.select(group[0] for group in groups), list(map(len, groups))
+        end = [round(max(map(attempts.end.__getitem__, group)), 3) for group in groups]
+        items = [
+            attempts.items[group[0]] if len(group) == 1 else sum(attempts.items[i] or 0 for i in group)
+            for group in groups
+        ]
+    columns: dict[str, list[Any]] = dict(
+        worker=bars.worker,
+        start=bars.start,
+        end=end,
+        outcome=bars.outcome,
+        mini_batch=bars.mini_batch,
+        attempt=bars.attempt,
+        items=items,
+        count=count,
+        error=bars.error,
+    )
     return columns, width
 
 
-def _merge(runs: list[Attempt], width: float) -> list[list[Attempt]]:
+def _merged(attempts: Attempts, max_bars: int) -> tuple[list[list[int]], float]:
+    """At most `max_bars` groups of attempts (their indices) to draw as one bar each, and the width they span."""
+    by_worker: dict[str, list[int]] = collections.defaultdict(list)
+    for i, worker in enumerate(attempts.worker):
+        by_worker[worker].append(i)
+    span = max(attempts.end)
+    width = float(f"{span / 2000:.2g}") or 0.001
+    while len(groups := [g for runs in by_worker.values() for g in _merge(attempts, runs, width)]) > max_bars:
+        if width > span:
+            break
+        width *= 2
+    return groups, width
+
+
+def _merge(attempts: Attempts, runs: list[int], width: float) -> list[list[int]]:
     """One worker's attempts (in start order) in groups of one outcome, each spanning at most `width` s."""
-    groups: list[list[Attempt]] = []
-    for attempt in runs:
-        if groups and groups[-1][0].outcome == attempt.outcome and attempt.end - groups[-1][0].start <= width:
-            groups[-1].append(attempt)
+    outcome, start, end = attempts.outcome, attempts.start, attempts.end
+    groups: list[list[int]] = []
+    for i in runs:
+        if groups and outcome[groups[-1][0]] == outcome[i] and end[i] - start[groups[-1][0]] <= width:
+            groups[-1].append(i)
         else:
-            groups.append([attempt])
+            groups.append([i])
     return groups
 
 
@@ -207,16 +222,10 @@ def _throughput(records: RunRecords, span: float) -> dict[str, Any]:
     """Mini-batches and items finished per second, and the average number of busy workers, per bin."""
     width = _nice(span / THROUGHPUT_BINS) if span > 0 else _NICE_WIDTHS[0]
     bins = max(1, math.ceil(span / width))
-    done, items, busy = [0] * bins, [0] * bins, [0.0] * bins
-    last_attempt = records.last_attempts()
-    for a in records.attempts:
-        end_bin = min(bins - 1, int(a.end / width))
-        if a.outcome == "succeeded" or last_attempt[a.mini_batch] == a.attempt:
-            done[end_bin] += 1
-        if a.outcome == "succeeded":
-            items[end_bin] += a.items_succeeded or 0
-        for b in range(int(a.start / width), end_bin + 1):  # the attempt's share of each bin it spans
-            busy[b] += min(a.end, (b + 1) * width) - max(a.start, b * width)
+    ends = map(int, map(operator.truediv, records.attempts.end, itertools.repeat(width)))
+    end_bins = list(map(min, ends, itertools.repeat(bins - 1)))  # the bin each attempt ended in
+    done, items = _finished(records, end_bins, bins)
+    busy = _busy(records.attempts, end_bins, width, bins)
     return dict(
         bin_s=width,
         t=[round(b * width, 3) for b in range(bins)],
@@ -226,15 +235,42 @@ def _throughput(records: RunRecords, span: float) -> dict[str, Any]:
     )
 
 
-def _durations(attempts: list[Attempt]) -> dict[str, Any] | None:
+def _finished(records: RunRecords, end_bins: list[int], bins: int) -> tuple[list[int], list[int]]:
+    """Mini-batches (succeeded, or failed for good so far) and items succeeded per bin they ended in."""
+    a = records.attempts
+    succeeded = [outcome == "succeeded" for outcome in a.outcome]
+    last_attempt = records.last_attempts()
+    final = map(operator.eq, a.attempt, map(last_attempt.__getitem__, a.mini_batch))  # its mini-batch's last
+    ended = collections.Counter(itertools.compress(end_bins, map(operator.or_, succeeded, final)))
+    done = [ended[b] for b in range(bins)]
+    items = [0] * bins
+    for b, count in zip(itertools.compress(end_bins, succeeded), itertools.compress(a.items_succeeded, succeeded)):
+        items[b] += count or 0
+    return done, items
+
+
+def _busy(attempts: Attempts, end_bins: list[int], width: float, bins: int) -> list[float]:
+    """Seconds of run() per bin: each attempt's share of each bin it spans, added in start order."""
+    busy = [0.0] * bins
+    first_bins = map(int, map(operator.truediv, attempts.start, itertools.repeat(width)))
+    for first, last, start, end in zip(first_bins, end_bins, attempts.start, attempts.end):
+        if first == last:  # most attempts: spares a loop
+            busy[first] += min(end, (first + 1) * width) - max(start, first * width)
+        else:
+            for b in range(first, last + 1):
+                busy[b] += min(end, (b + 1) * width) - max(start, b * width)
+    return busy
+
+
+def _durations(attempts: Attempts) -> dict[str, Any] | None:
     if not attempts:
         return None
-    values = sorted(a.duration for a in attempts)
+    values = sorted(attempts.duration)
     top = values[-1] or 1e-3
     width = top / DURATION_BINS
     counts = [0] * DURATION_BINS
-    for value in values:
-        counts[min(DURATION_BINS - 1, int(value / width))] += 1
+    for b, n in collections.Counter(map(int, map(operator.truediv, values, itertools.repeat(width)))).items():
+        counts[min(DURATION_BINS - 1, b)] += n
     return dict(
         edges=[round(i * width, 6) for i in range(DURATION_BINS + 1)],
         counts=counts,
@@ -246,24 +282,25 @@ def _durations(attempts: list[Attempt]) -> dict[str, Any] | None:
 
 def _slowest(records: RunRecords) -> list[dict[str, Any]]:
     """The slowest mini-batches (their longest attempt), with their inputs and worker."""
-    longest: dict[int, Attempt] = {}
-    for a in records.attempts:
-        if a.mini_batch not in longest or a.duration > longest[a.mini_batch].duration:
-            longest[a.mini_batch] = a
-    top = sorted(longest.values(), key=lambda a: -a.duration)[:SLOWEST]
-    sources = {row["idx"]: row["source"] for row in records.ledger_rows(a.mini_batch for a in top)}
+    a = records.attempts
+    longest: dict[int, int] = {}  # mini-batch: the index of its longest attempt (the first of equals)
+    for i, (mini_batch, duration) in enumerate(zip(a.mini_batch, a.duration)):
+        if mini_batch not in longest or duration > a.duration[longest[mini_batch]]:
+            longest[mini_batch] = i
+    top = sorted(longest.values(), key=a.duration.__getitem__, reverse=True)[:SLOWEST]  # equals keep their order
+    sources = {row["idx"]: row["source"] for row in records.ledger_rows(a.mini_batch[i] for i in top)}
     return [
         dict(
-            mini_batch=a.mini_batch,
-            attempt=a.attempt,
-            outcome=a.outcome,
-            worker=a.worker,
-            duration_s=round(a.duration, 3),
-            start_s=a.start,
-            items=a.items,
-            source=sources.get(a.mini_batch, ""),
+            mini_batch=a.mini_batch[i],
+            attempt=a.attempt[i],
+            outcome=a.outcome[i],
+            worker=a.worker[i],
+            duration_s=round(a.duration[i], 3),
+            start_s=a.start[i],
+            items=a.items[i],
+            source=sources.get(a.mini_batch[i], ""),
         )
-        for a in top
+        for i in top
     ]
 
 
@@ -282,27 +319,23 @@ def error_groups(records: RunRecords) -> list[dict[str, Any]]:
     attempts it failed, which mini-batches, the first traceback and the log to open. init() failures
     come from the events (their workers never ran an attempt)."""
     last_attempt = records.last_attempts()
+    a = records.attempts
+    failed = a.select(i for i, outcome in enumerate(a.outcome) if outcome != "succeeded")
     failures = [
-        _Failure(
-            a.error or a.outcome,
-            a.outcome,
-            a.mini_batch,
-            a.attempt,
-            a.worker,
-            a.start,
-            last_attempt[a.mini_batch] == a.attempt,
+        _Failure(error or outcome, outcome, mini_batch, attempt, worker, t, last_attempt[mini_batch] == attempt)
+        for error, outcome, mini_batch, attempt, worker, t in zip(
+            failed.error, failed.outcome, failed.mini_batch, failed.attempt, failed.worker, failed.start
         )
-        for a in records.attempts
-        if a.outcome != "succeeded"
     ]
     failures += [
         _Failure(e.get("detail") or "init() failed", "init_failed", None, None, e["worker"], e["t"], False)
         for e in records.events
         if e["type"] == "worker_replaced" and e.get("reason") == "init_failed"
     ]
+    signatures = {error: signature(error) for error in {f.error for f in failures}}  # one per distinct error
     groups: dict[str, list[_Failure]] = {}
     for failure in sorted(failures, key=lambda f: f.t):
-        groups.setdefault(signature(failure.error), []).append(failure)
+        groups.setdefault(signatures[failure.error], []).append(failure)
     return [_group(group, records) for group in sorted(groups.values(), key=len, reverse=True)]
 
 

@@ -7,14 +7,17 @@ invocation started (its `job_started` event).
 from __future__ import annotations
 
 import csv
+import functools
+import itertools
 import json
 import math
+import operator
 import re
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..environment import mask_environment
 from ..store.ledger import Ledger
@@ -24,23 +27,33 @@ from ..store.runs import read_summary
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
-class Attempt(NamedTuple):
-    """One row of processed_mini-batches.csv, times relative to the report's origin."""
+@dataclass
+class Attempts:
+    """Attempts as aligned columns (this invocation's: in start order, times in seconds since the report's
+    origin). Columns rather than an object per attempt: reading them and computing the page's series go a
+    column at a time, in C where they can, which keeps the report of a large run cheap."""
 
-    mini_batch: int
-    attempt: int
-    worker: str
-    pid: int | None
-    items: int | None
-    items_succeeded: int | None
-    outcome: str
-    start: float
-    duration: float
-    error: str
+    mini_batch: list[int] = field(default_factory=list)
+    attempt: list[int] = field(default_factory=list)
+    worker: list[str] = field(default_factory=list)  # node/process
+    items: list[int | None] = field(default_factory=list)
+    items_succeeded: list[int | None] = field(default_factory=list)
+    outcome: list[str] = field(default_factory=list)
+    start: list[float] = field(default_factory=list)
+    duration: list[float] = field(default_factory=list)
+    error: list[str] = field(default_factory=list)
 
-    @property
-    def end(self) -> float:
-        return self.start + self.duration
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @functools.cached_property
+    def end(self) -> list[float]:
+        return list(map(operator.add, self.start, self.duration))
+
+    def select(self, indices: Iterable[int]) -> Attempts:
+        """The attempts at `indices`, in their order."""
+        indices = list(indices)
+        return Attempts(*(list(map(getattr(self, f.name).__getitem__, indices)) for f in fields(self)))
 
 
 @dataclass
@@ -51,7 +64,7 @@ class RunRecords:
     logs: RunLogs
     summary: Mapping[str, Any]
     origin: float  # Unix time of 0 s: this invocation's job_started, else its start
-    attempts: list[Attempt]  # in start order
+    attempts: Attempts
     events: list[dict[str, Any]]  # with "t": seconds since origin
 
     def ledger_rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
@@ -66,14 +79,23 @@ class RunRecords:
         finally:
             ledger.close()
 
+    def reused_from(self) -> dict[str, int]:
+        """Reused mini-batches by the run they were taken from (this run's own id: a resume)."""
+        ledger = Ledger.open_readonly(self.run_dir / "ledger.sqlite")
+        if ledger is None:
+            return {}
+        try:
+            return ledger.reused_from()
+        finally:
+            ledger.close()
+
     @property
     def span(self) -> float:
-        ends = [a.end for a in self.attempts] + [e["t"] for e in self.events]
-        return float(max([0.0, *ends]))
+        return float(max([0.0, *self.attempts.end, *(e["t"] for e in self.events)]))
 
     def last_attempts(self) -> dict[int, int]:
         """Each mini-batch's last attempt in this invocation: its outcome is the mini-batch's (so far)."""
-        return {a.mini_batch: a.attempt for a in self.attempts}  # in start order: the last one wins
+        return dict(zip(self.attempts.mini_batch, self.attempts.attempt))  # in start order: the last one wins
 
     def worker_logs(self, worker: str, create: bool = True) -> WorkerLogPaths:
         """The log files of a worker as events and attempts name it (`node/process`)."""
@@ -85,7 +107,7 @@ class RunRecords:
 
     def workers(self) -> list[str]:
         """One timeline row per worker process: those that ran an attempt, started or were replaced."""
-        named = {a.worker for a in self.attempts} | {e["worker"] for e in self.events if e.get("worker")}
+        named = set(self.attempts.worker) | {e["worker"] for e in self.events if e.get("worker")}
         return sorted(named, key=natural)
 
 
@@ -108,7 +130,7 @@ def read_run(run_dir: str | Path, summary: Mapping[str, Any] | None = None) -> R
     origin = next((e["time"] for e in events if e["type"] == "job_started"), started or 0.0)
     for event in events:
         event["t"] = round(event["time"] - origin, 3)
-    attempts = _read_attempts(logs.processed, origin) if events or not started else []
+    attempts = _read_attempts(logs.processed, origin) if events or not started else Attempts()
     return RunRecords(run_dir, logs, summary, origin, attempts, events)
 
 
@@ -139,58 +161,73 @@ def _this_invocation(events: list[dict[str, Any]], started: float | None) -> lis
     return events[begin:]
 
 
-def _read_attempts(path: Path, origin: float) -> list[Attempt]:
-    """Attempts that started in this invocation (the file also holds earlier invocations' rows)."""
+def _read_attempts(path: Path, origin: float) -> Attempts:
+    """Attempts that started in this invocation (the file also holds earlier invocations' rows).
+
+    The file is read whole and converted a column at a time, in C (an object per row was most of the
+    report's time). A row that is not whole or does not convert (a driver killed mid-line cuts one) is
+    left out."""
     try:
-        file = open(path, newline="", encoding="utf-8")
+        with open(path, newline="", encoding="utf-8") as file:
+            rows = list(csv.reader(file))
     except OSError:
-        return []
-    with file:
-        reader = csv.reader(file)
-        column = {name: i for i, name in enumerate(next(reader, []))}
-        if "start_time" not in column:
-            return []  # written before attempts had a start time; the timeline cannot be drawn
-        index = [
-            column[name]
-            for name in (
-                "mini_batch_id",
-                "attempt",
-                "node_id",
-                "process_name",
-                "pid",
-                "items",
-                "items_succeeded",
-                "outcome",
-                "start_time",
-                "duration_s",
-                "error",
-            )
-        ]
-        attempts = []
-        for row in reader:
-            try:
-                mb, attempt, node, process, pid, items, ok, outcome, start, duration, error = (row[i] for i in index)
-                start_s = float(start) - origin
-            except (IndexError, ValueError):
-                continue
-            if start_s < 0:
-                continue
-            attempts.append(
-                Attempt(
-                    int(mb),
-                    int(attempt),
-                    f"{node}/{process}",
-                    to_int(pid),
-                    to_int(items),
-                    to_int(ok),
-                    outcome,
-                    round(start_s, 3),
-                    float(duration),
-                    error,
-                )
-            )
-    attempts.sort(key=lambda a: a.start)
-    return attempts
+        return Attempts()
+    column = {name: i for i, name in enumerate(rows[0] if rows else [])}
+    if "start_time" not in column:
+        return Attempts()  # written before attempts had a start time: no timeline
+    rows = [row for row in rows[1:] if len(row) == len(column)]
+    try:
+        attempts = _converted(rows, column)
+    except ValueError:  # a malformed number: find its rows, one by one (rare)
+        attempts = _converted([row for row in rows if _well_formed(row, column)], column)
+    return _since(attempts, origin)
+
+
+def _converted(rows: list[list[str]], column: dict[str, int]) -> Attempts:
+    """The rows' columns, converted; times still Unix seconds. ValueError for a mini-batch, attempt or time
+    that is not a number; item counts the driver did not know are None."""
+
+    def texts(name: str) -> Iterator[str]:
+        return map(operator.itemgetter(column[name]), rows)
+
+    return Attempts(
+        mini_batch=list(map(int, texts("mini_batch_id"))),
+        attempt=list(map(int, texts("attempt"))),
+        worker=[f"{node}/{process}" for node, process in zip(texts("node_id"), texts("process_name"))],
+        items=_counts(list(texts("items"))),
+        items_succeeded=_counts(list(texts("items_succeeded"))),
+        outcome=list(texts("outcome")),
+        start=list(map(float, texts("start_time"))),
+        duration=list(map(float, texts("duration_s"))),
+        error=list(texts("error")),
+    )
+
+
+def _well_formed(row: list[str], column: dict[str, int]) -> bool:
+    """Whether the numbers a row cannot do without are numbers (its other fields never fail to convert)."""
+    try:
+        int(row[column["mini_batch_id"]])
+        int(row[column["attempt"]])
+        float(row[column["start_time"]])
+        float(row[column["duration_s"]])
+    except ValueError:
+        return False
+    return True
+
+
+def _counts(texts: list[str]) -> list[int | None]:
+    try:
+        return list(map(int, texts))
+    except ValueError:  # some not known (empty)
+        return list(map(to_int, texts))
+
+
+def _since(attempts: Attempts, origin: float) -> Attempts:
+    """The attempts that started at `origin` or later, in start order, times relative to it (to the ms)."""
+    relative = list(map(operator.sub, attempts.start, itertools.repeat(origin)))
+    start = list(map(round, relative, itertools.repeat(3)))
+    kept = sorted((i for i, t in enumerate(relative) if t >= 0), key=start.__getitem__)
+    return replace(attempts, start=start).select(kept)
 
 
 def read_samples(path: Path, since: float, origin: float) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""Rendering the report: the HTML page (a Jinja template with BokehJS inlined), the Chrome trace, and
-the short texts the engines show (key figures, a markdown summary).
+"""Rendering the report: the HTML page (page.py, with BokehJS inlined), the Chrome trace, and the short
+texts the engines show (key figures, a markdown summary).
 
 The page draws with BokehJS in the browser from the embedded data, so writing it costs no import
 of a plotting library in Python: only reading its JavaScript files, which the `bokeh` package ships.
@@ -20,9 +20,9 @@ from typing import Any
 from ..store.space import out_of_space
 from ..version import __version__
 from .data import MAX_BARS, error_groups, page_data
+from .page import page, seconds
 from .records import RunRecords, read_run
 
-_TEMPLATE = "report.html.j2"
 _BOKEH_FILES = ("bokeh.min.js", "bokeh-api.min.js")  # the library and its plotting API, as the page uses them
 _MARKDOWN_ERRORS = 20
 
@@ -74,36 +74,9 @@ def write_trace(run_dir: str | Path, output: str | Path) -> Path:
 
 
 def render_html(data: dict[str, Any]) -> str:
-    """The page: the template, with the data embedded once as JSON and BokehJS inlined."""
-    from markupsafe import Markup
-
+    """The page, with the data embedded once as JSON and BokehJS inlined."""
     embedded = json.dumps(data, separators=(",", ":"), default=str).replace("<", "\\u003c")  # no </script> in it
-    return str(
-        _template().render(
-            s=data["summary"],
-            data=data,
-            data_json=Markup(embedded),
-            bokeh_js=Markup(_bokeh_js()),
-            version=__version__,
-            written_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    )
-
-
-@functools.cache
-def _template() -> Any:
-    import jinja2  # here, not at the top: only a run that writes its report pays for the import
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["seconds"] = _seconds
-    env.filters["rate"] = _rate
-    return env.get_template(_TEMPLATE)
+    return page(data, embedded, _bokeh_js(), __version__, time.strftime("%Y-%m-%d %H:%M:%S"))
 
 
 @functools.cache
@@ -114,24 +87,6 @@ def _bokeh_js() -> str:
         raise RuntimeError("the bokeh package is not installed (pip install bokeh)")
     folder = Path(spec.origin).parent / "server" / "static" / "js"
     return "\n".join((folder / name).read_text(encoding="utf-8") for name in _BOKEH_FILES)
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value < 10:
-        return f"{value:.3g} s"
-    if value < 120:
-        return f"{value:.1f} s"
-    minutes, seconds = divmod(round(value), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if hours else f"{minutes} min {seconds} s"
-
-
-def _rate(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _write(path: Path, text: str) -> None:
@@ -162,17 +117,20 @@ def chrome_trace(records: RunRecords) -> dict[str, Any]:
         dict(name="process_name", ph="M", pid=pid[node], tid=0, args=dict(name=node)) for node in pid
     ]
     events += [dict(name="thread_name", ph="M", pid=pid[_node(w)], tid=tid[w], args=dict(name=w)) for w in workers]
-    for a in records.attempts:
+    a = records.attempts
+    for mini_batch, attempt, outcome, start, duration, worker, items, error in zip(
+        a.mini_batch, a.attempt, a.outcome, a.start, a.duration, a.worker, a.items, a.error
+    ):
         events.append(
             dict(
-                name=f"mini-batch {a.mini_batch}",
-                cat=a.outcome,
+                name=f"mini-batch {mini_batch}",
+                cat=outcome,
                 ph="X",
-                ts=round(a.start * 1e6),
-                dur=round(a.duration * 1e6),
-                pid=pid[_node(a.worker)],
-                tid=tid[a.worker],
-                args=dict(mini_batch=a.mini_batch, attempt=a.attempt, outcome=a.outcome, items=a.items, error=a.error),
+                ts=round(start * 1e6),
+                dur=round(duration * 1e6),
+                pid=pid[_node(worker)],
+                tid=tid[worker],
+                args=dict(mini_batch=mini_batch, attempt=attempt, outcome=outcome, items=items, error=error),
             )
         )
     for e in records.events:
@@ -202,7 +160,7 @@ def key_figures(summary: Mapping[str, Any]) -> str:
     rate = f", {ran / elapsed:.3g} mini-batches/s" if elapsed and ran else ""
     retried = summary.get("attempts_retried") or 0
     return (
-        f"{summary.get('status')} in {_seconds(elapsed)}{rate}: {summary.get('mini_batches_succeeded')} of "
+        f"{summary.get('status')} in {seconds(elapsed)}{rate}: {summary.get('mini_batches_succeeded')} of "
         f"{summary.get('mini_batches_total')} mini-batches succeeded, {summary.get('mini_batches_failed')} failed, "
         f"{summary.get('mini_batches_reused')} reused, {retried} attempt{'s' if retried != 1 else ''} retried; "
         f"{summary.get('items_succeeded')} items succeeded, {summary.get('items_failed')} failed"

@@ -127,6 +127,12 @@ class LedgerQueries:
         names, members = self._names(), MemberReader(self._db)
         query = f"SELECT {_ROW_COLUMNS} FROM mini_batches"
         cursor = self._db.execute(
+    def reused_from(self) -> dict[str, int]:
+        """Reused mini-batches by the run they were taken from, counted in SQLite (a rerun reuses many)."""
+        names = self._names()
+        query = "SELECT reused_from, count(*) FROM mini_batches WHERE reused_from IS NOT NULL GROUP BY reused_from"
+        return {names[origin]: count for origin, count in self._db.execute(query)}
+
             query + (" WHERE idx=?" if idx is not None else " ORDER BY idx"), (idx,) if idx is not None else ()
         )
         found = []

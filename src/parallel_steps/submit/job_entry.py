@@ -21,7 +21,7 @@ from pathlib import Path
 
 #: What the driver imports, by module name: parallel-steps' dependencies and Ray (tests/core/test_lineage.py
 #: checks the list against pyproject.toml).
-REQUIRED = ("ray", "pydantic", "pyarrow", "pandas", "psutil", "yaml", "rich", "cloudpickle", "bokeh", "jinja2")
+REQUIRED = ("ray", "pydantic", "pyarrow", "pandas", "psutil", "yaml", "rich", "cloudpickle", "bokeh")
 MIN_PYTHON = (3, 11)
 _RAYLET = re.compile(r"(/\S+)/ray/_raylet\.so$")
 _CHECK = (
