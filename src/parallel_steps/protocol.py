@@ -242,7 +242,7 @@ class WorkerHangTimeout(_Message):
 @dataclass(frozen=True, slots=True)
 class WorkerResults(_Message):
     """From a local worker: the outcomes of the mini-batches it finished since the last message, in order
-    (a Ray actor returns each outcome from its run() call)."""
+    (a Ray actor returns those of a call from its run_many())."""
 
     results: list[tuple[int, Outcome]]
 
@@ -257,7 +257,32 @@ class WorkerOverMemory(_Message):
     rss: int
 
 
-#: Everything a pool sends a local worker (a Ray actor is called instead: its run() and shutdown()).
+@dataclass(frozen=True, slots=True)
+class WorkerRunning(_Message):
+    """From a Ray actor whose call carries several mini-batches: the one it runs has run `elapsed` seconds, longer
+    than a quick one does (said once, by its watchdog). The ones before it in the call have ended; the pool
+    counts this one's deadline from its start and blames a loss on it. A duration, not a time: the clocks of
+    two nodes do not agree."""
+
+    mini_batch: int
+    attempt: int
+    elapsed: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEnded(_Message):
+    """From a Ray actor: a mini-batch it said it ran (`WorkerRunning`, `WorkerHangTimeout`) in a call of several
+    ended. `results` are its outcome and those of the ones before it in the call not told yet, in order; the
+    actor waits until the mailbox has them before it starts the next one, so a loss after it is not blamed on it."""
+
+    mini_batch: int
+    attempt: int
+    results: list[tuple[int, Outcome]]
+
+
+#: Everything a pool sends a local worker (a Ray actor is called instead: its run_many() and shutdown()).
 ToWorker = RunAttempts[Any] | StopWorker
 #: Everything a worker sends its pool.
 FromWorker = WorkerReady | WorkerInitFailed | WorkerLoaded | WorkerHangTimeout | WorkerResults | WorkerOverMemory
+#: What a Ray actor posts to its pool's mailbox while a call runs.
+ActorPost = WorkerLoaded | WorkerHangTimeout | WorkerOverMemory | WorkerRunning | WorkerEnded

@@ -7,8 +7,11 @@ behind a lost worker are never reported, the driver gives them to other workers;
 is bounded whatever shutdown() does. The fault table of the pools is written here, once.
 
 The pools are driven directly, as the driver drives them: `make_pool(config, make_spec,
-environment)`, then `submit` / `next_events` / `replace` / `close`. One difference is the
-contract's own: Ray does not report a dead actor's exit code, so `Lost.exit_code` is None there.
+environment)`, then `submit` / `next_events` / `replace` / `close`. Two differences are the
+contract's own: Ray does not report a dead actor's exit code, so `Lost.exit_code` is None there; and
+a Ray actor that dies among the quick mini-batches of one call cannot say which one it ran, so that
+loss names none and they run again one per call, where the one that kills its worker is named
+(`expected_blames`).
 No worker is left behind: tests/conftest.py checks the processes, tests/ray_session.py the actors.
 The cases wait for events, never for time, except where the contract is about time passing (a
 timeout that must not fire, a grace that must end).
@@ -91,8 +94,15 @@ WAIT_S = 60
 
 
 def expected_exit_code(backend: str, code: int) -> int | None:
-    """The contract's one difference: Ray cannot learn a dead actor's exit code."""
+    """Ray cannot learn a dead actor's exit code."""
     return code if backend == "local" else None
+
+
+def expected_blames(backend: str, culprit: int) -> list[int | None]:
+    """What the losses name when `culprit` kills its worker each time, among quick mini-batches submitted together:
+    the local pool's marker names it at once; a Ray call of several says nothing of quick ones, so the first loss
+    names none, and the culprit, then run in a call of its own, is named."""
+    return [culprit] if backend == "local" else [None, culprit]
 
 
 class Run:
@@ -180,6 +190,19 @@ def first_end(pool: WorkerPool, worker: WorkerInfo, mini_batch: MiniBatch, timeo
     return events_until(pool, lambda events: bool(of(Finished, events) or of(Lost, events)))
 
 
+def all_or_a_loss(pool: WorkerPool, worker: WorkerInfo, mini_batches: list[MiniBatch]) -> list[Event]:
+    """Submit `mini_batches` together; the events until all of them finished or the worker was lost."""
+    for mini_batch in mini_batches:
+        pool.submit(worker, mini_batch, 1, 30)
+    return events_until(pool, lambda events: bool(of(Lost, events)) or len(of(Finished, events)) == len(mini_batches))
+
+
+def warm_up(pool: WorkerPool, worker: WorkerInfo, run: Run) -> None:
+    """One mini-batch run to its end, so that the worker has taken a first call (on Ray a fresh actor's first
+    calls are small), and the ones submitted next share a call."""
+    assert isinstance(the_end(first_end(pool, worker, run.mini_batch(0))), Finished)
+
+
 def the_end(events: list[Event]) -> Finished | Lost:
     ends = of(Finished, events) + of(Lost, events)
     assert len(ends) == 1, events
@@ -243,6 +266,28 @@ def test_a_run_given_more_time_by_the_entry_script_is_not_timed_out(run):
     changes = of(HangTimeoutChanged, events)
     assert changes[0] == HangTimeoutChanged(worker, 60)
     assert events.index(changes[0]) < events.index(finished)
+
+
+def test_a_run_given_more_time_among_quick_ones_is_not_timed_out_and_each_result_comes_once(run):
+    """Submitted together, the mini-batches share calls on Ray: the one whose script lifts its limit says so
+    while its call runs, and its end brings the results before it; none is reported twice."""
+    pool = run.pool()
+    (worker,) = ready_workers(pool)
+    warm_up(pool, worker, run)
+    timeout = 3
+    started = time.monotonic()
+    for index, kind in enumerate(["ok", "ok", "ok", "slow", "ok"], 1):
+        pool.submit(worker, run.mini_batch(index, kind), 1, timeout)
+
+    events = events_until(pool, lambda events: bool(of(HangTimeoutChanged, events) or of(Lost, events)))
+    events += events_until(pool, lambda _: time.monotonic() > started + timeout + 1)  # the pool's loop runs on
+    run.let_slow_runs_end()
+    events += events_until(pool, lambda more: len(of(Finished, events + more)) == 5 or bool(of(Lost, more)))
+
+    assert of(Lost, events) == []
+    assert sorted(event.mini_batch for event in of(Finished, events)) == [1, 2, 3, 4, 5]
+    assert all(event.outcome.ok for event in of(Finished, events))
+    assert of(HangTimeoutChanged, events)[0] == HangTimeoutChanged(worker, 60)
 
 
 # Workers that are lost -----------------------------------------------------------------------------
@@ -329,6 +374,50 @@ def test_the_queue_behind_a_lost_worker_is_not_reported_and_a_replacement_takes_
     assert replacement.process_name == "process001"
     assert replacement.id == "node0/process001"
     assert replacement.pid not in (None, worker.pid)
+
+
+def test_a_crash_among_quick_mini_batches_is_never_blamed_on_another(run):
+    """Acting as the driver: after each loss, the mini-batches not reported go to the replacement, the one
+    the loss named excepted (it would be retried). The culprit is named in the end, nothing else ever is,
+    and every other mini-batch is reported once."""
+    pool = run.pool()
+    (worker,) = ready_workers(pool)
+    warm_up(pool, worker, run)
+    mini_batches = {index: run.mini_batch(index, "sigkill" if index == 4 else "ok") for index in range(1, 7)}
+
+    events, todo = [], sorted(mini_batches)
+    while todo:
+        more = all_or_a_loss(pool, worker, [mini_batches[index] for index in todo])
+        events += more
+        ended = {event.mini_batch for event in of(Finished, more) + of(Lost, more)}
+        todo = [index for index in todo if index not in ended]
+        if of(Lost, more):
+            pool.replace(worker)
+            (worker,) = ready_workers(pool)
+
+    lost = of(Lost, events)
+    assert [event.mini_batch for event in lost] == expected_blames(run.backend, 4)
+    assert {event.reason for event in lost} == {LossReason.CRASHED}
+    assert sorted(event.mini_batch for event in of(Finished, events)) == [1, 2, 3, 5, 6]
+
+
+def test_a_hang_among_quick_mini_batches_is_timed_out_on_that_one_with_its_stacks(run):
+    pool = run.pool()
+    (worker,) = ready_workers(pool)
+    warm_up(pool, worker, run)
+    for index, kind in enumerate(["ok", "ok", "ok", "hang", "ok", "ok"], 1):
+        pool.submit(worker, run.mini_batch(index, kind), 1, 2)
+
+    events = events_until(pool, lambda events: bool(of(Lost, events)))
+
+    (lost,) = of(Lost, events)
+    assert (lost.worker, lost.mini_batch, lost.reason) == (worker, 4, LossReason.TIMED_OUT)
+    assert lost.detail.startswith(f"run() exceeded 2 s on mini-batch 4; hung at score.py line {HANG_LINE} in run")
+    assert {event.mini_batch for event in of(Finished, events)} <= {1, 2, 3}  # the rest go back unreported
+    assert ItemsLoaded(worker, 4, 1) in events
+    dump = run.error_log(worker)
+    assert "run() exceeded 2 s on mini-batch 4; stacks of every thread:" in dump
+    assert f'File "{run.script}", line {HANG_LINE} in run' in dump
 
 
 def test_a_submit_to_a_worker_the_pool_does_not_know_is_ignored(run):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -271,3 +272,74 @@ def test_too_few_nodes_fail_the_step_with_a_clear_message(ray_cluster, tmp_path)
         "node_count: 5 nodes asked for, but the Ray cluster has 2 alive node(s) that can take "
         "workers after waiting 2 s (start more nodes, or lower node_count)"
     )
+
+
+# Several mini-batches per actor call -------------------------------------------------------------------
+
+
+def _replacements(summary: dict) -> list[str]:
+    """The details of the worker_replaced events of a run (why each lost worker was replaced)."""
+    lines = (Path(summary["run_dir"]) / "logs" / "sys" / "events.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    return [event["detail"] for event in events if event["type"] == "worker_replaced"]
+
+
+def test_a_worker_killed_among_the_quick_mini_batches_of_a_call_blames_only_the_one_that_killed_it(
+    ray_cluster, tmp_path
+):
+    """One worker, 300 quick mini-batches: the actor's calls carry many each. f200 SIGKILLs its worker the
+    first two times it runs. A loss among the quick mini-batches of a call names none of them and counts no
+    attempt; they run again one per call, where f200's loss is named and counted. Every row comes once, and
+    no mini-batch that succeeded has an attempt counted against it."""
+    write_entry_script(
+        tmp_path,
+        """
+        import signal
+
+        def run(mini_batch):
+            name = os.path.basename(mini_batch[0])
+            if name == "f200.txt" and (_first_time("kill-1") or _first_time("kill-2")):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return [name]
+    """,
+    )
+    names = make_inputs(tmp_path / "data", [f"f{i:03d}.txt" for i in range(300)])
+    summary = run_step(_config(tmp_path, names, process_count_per_node=1))
+
+    assert output_lines(summary) == names
+    outcomes = outcomes_by_mini_batch(summary)
+    culprit = outcomes.pop(names.index("f200.txt"))
+    assert all(o == ["succeeded"] for o in outcomes.values())
+    assert culprit[-1] == "succeeded"
+    named = culprit[:-1]
+    assert set(named) <= {"crashed"}
+    unnamed = [detail for detail in _replacements(summary) if "mini-batches of its call it ran is not known" in detail]
+    assert len(named) + len(unnamed) == 2  # each of its two kills: named and counted, or naming none
+    assert summary["attempts_retried"] == len(named)
+    assert summary["workers_started"] == 3
+
+
+def test_a_hang_among_the_quick_mini_batches_of_a_call_is_timed_out_on_that_one(ray_cluster, tmp_path):
+    """The actor says which mini-batch of its call runs long, so its deadline counts from its own start and
+    the time-out names it; its stacks are in the worker's error log."""
+    write_entry_script(
+        tmp_path,
+        """
+        def run(mini_batch):
+            name = os.path.basename(mini_batch[0])
+            if name == "f200.txt" and _first_time("hang"):
+                time.sleep(600)
+            return [name]
+    """,
+    )
+    names = make_inputs(tmp_path / "data", [f"f{i:03d}.txt" for i in range(300)])
+    summary = run_step(_config(tmp_path, names, process_count_per_node=1, run_invocation_timeout=3))
+
+    assert output_lines(summary) == names
+    outcomes = outcomes_by_mini_batch(summary)
+    assert outcomes.pop(names.index("f200.txt")) == ["timed_out", "succeeded"]
+    assert all(o == ["succeeded"] for o in outcomes.values())
+    assert summary["attempts_retried"] == 1
+    errors = "".join(p.read_text() for p in (Path(summary["run_dir"]) / "logs" / "user" / "error").glob("*/*.txt"))
+    assert "run() exceeded 3 s on mini-batch 200; stacks of every thread:" in errors
+    assert "in run" in errors

@@ -1,7 +1,8 @@
 """The books a pool keeps of each worker (pool/slots.py), against a clock the tests set.
 
 These are the rules both pools apply: when a run() is due to be timed out, what a hang timeout
-changes, when a hung worker is killed, which mini-batch a loss is blamed on, and the texts of losses.
+changes, when a hung worker is killed, which mini-batch a loss is blamed on, and the texts of losses;
+and the Ray pool's, whose calls carry several mini-batches each.
 """
 
 import pytest
@@ -11,12 +12,15 @@ from parallel_steps.pool.slots import (
     Due,
     Slot,
     WorkerState,
+    budget,
+    call_timed_out_detail,
     died_in_init_detail,
     exit_name,
     next_wakeup,
     out_of_memory_detail,
     shutdown_cut_off_detail,
     timed_out_detail,
+    unattributed_detail,
 )
 from parallel_steps.protocol import LossReason
 
@@ -242,7 +246,7 @@ def test_a_timed_out_worker_is_blamed_on_the_one_that_timed_out():
     assert slot.blame() == 0
 
 
-# Attempts, positions ---------------------------------------------------------------------------------
+# Attempts ---------------------------------------------------------------------------------------------
 
 
 def test_an_attempt_is_held_until_it_ends_and_only_that_attempt():
@@ -251,9 +255,9 @@ def test_an_attempt_is_held_until_it_ends_and_only_that_attempt():
     assert slot.holds(1, 2)
     assert not slot.holds(1, 1)  # an earlier attempt of the same mini-batch ended
     assert not slot.holds(9, 2)
-    assert (slot.position(0, 2), slot.position(1, 2), slot.position(1, 3)) == (0, 1, None)
+    assert slot.head().index == 0
     slot.finish(0)
-    assert (slot.head().index, slot.position(1, 2)) == (1, 0)
+    assert slot.head().index == 1
 
 
 def test_a_worker_is_busy_while_ready_and_holding_work():
@@ -264,6 +268,144 @@ def test_a_worker_is_busy_while_ready_and_holding_work():
     slot.hold(0, 1, None)
     assert slot.busy
     assert slot.head().ref is None
+
+
+# Calls of several mini-batches (Ray) -------------------------------------------------------------------------
+
+
+def slot_with_calls(*calls: tuple[str, list[tuple[int, float | None]]]) -> Slot:
+    """A ready worker holding calls (name, [(index, timeout)]), the name standing for the call's ref."""
+    slot = Slot(state=WorkerState.READY)
+    for ref, held in calls:
+        for index, timeout in held:
+            slot.hold(index, 1, timeout, ref)
+    return slot
+
+
+def test_a_call_of_one_runs_that_one_from_the_calls_start():
+    slot = slot_with_calls(("a", [(0, 5.0)]), ("b", [(1, 5.0), (2, 5.0)]))
+
+    slot.start_call("a", T0)
+
+    assert (slot.running, slot.call, slot.deadline, slot.blame()) == (0, "a", T0 + 5, 0)
+
+
+def test_a_call_of_several_is_bounded_by_the_sum_of_their_timeouts_and_blames_none():
+    slot = slot_with_calls(("a", [(0, 5.0), (1, 2.0), (2, 3.0)]), ("b", [(3, 5.0)]))
+
+    slot.start_call("a", T0)
+
+    assert (slot.running, slot.call, slot.deadline) == (None, "a", T0 + 10)
+    assert slot.blame() is None
+    assert slot.unattributed() == [0, 1, 2]  # not 3: its call never started
+
+
+def test_a_call_with_a_mini_batch_without_timeout_has_no_deadline():
+    slot = slot_with_calls(("a", [(0, 5.0), (1, None)]))
+
+    slot.start_call("a", T0)
+
+    assert slot.deadline is None
+    assert budget([5.0, None]) is None
+    assert budget([]) is None
+
+
+def test_a_mini_batch_the_worker_says_it_runs_is_blamed_and_timed_from_its_own_start():
+    slot = slot_with_calls(("a", [(0, 5.0), (1, 2.0), (2, 3.0)]))
+    slot.start_call("a", T0)
+
+    assert slot.told_running(1, 1, T0 + 0.2)
+
+    assert (slot.running, slot.deadline, slot.blame(), slot.unattributed()) == (1, T0 + 2.2, 1, [])
+    assert slot.due(T0 + 2.2) is Due.TIME_OUT
+
+
+def test_said_again_it_changes_nothing_and_a_hang_timeout_given_meanwhile_stands():
+    slot = slot_with_calls(("a", [(0, 5.0), (1, 2.0)]))
+    slot.start_call("a", T0)
+    slot.told_running(1, 1, T0)
+    slot.set_hang_timeout(60, T0 + 1)
+
+    assert slot.told_running(1, 1, T0 + 0.5)
+    slot.start_call("a", T0 + 2)  # the return of a call before it, taken late
+
+    assert slot.deadline == T0 + 61
+
+
+def test_a_stale_say_is_refused():
+    slot = slot_with_calls(("a", [(0, 5.0), (1, 2.0)]))
+    slot.start_call("a", T0)
+    slot.finish(1)
+
+    assert not slot.told_running(1, 1, T0)  # ended
+    assert not slot.told_running(0, 2, T0)  # another attempt
+    assert (slot.running, slot.deadline) == (None, T0 + 7)
+
+
+def test_a_time_out_of_a_call_blames_none_and_says_so():
+    slot = slot_with_calls(("a", [(0, 1.0), (1, 1.0), (2, 1.0)]))
+    slot.start_call("a", T0)
+
+    detail = slot.time_out(T0 + 3, dump_delay=0.5)
+
+    assert detail == call_timed_out_detail(3.0, 3)
+    assert detail == "3 mini-batches of one call exceeded the sum of their run() timeouts (3 s)"
+    assert (slot.loss, slot.blame(), slot.unattributed()) == (LossReason.TIMED_OUT, None, [0, 1, 2])
+    assert slot.kill_at == T0 + 3 + 0.5 + DUMP_GRACE_S
+
+
+def test_a_calls_results_end_only_its_own_mini_batches():
+    """Those told before, and a later attempt of one of them in a later call, are not its results."""
+    slot = slot_with_calls(("a", [(0, 5.0), (1, 5.0)]))
+    slot.finish(0)  # told before the call returned
+    slot.hold(0, 2, 5.0, "b")  # its retry, in a later call
+
+    done = list(slot.finish_call("a", [(0, "outcome 0"), (1, "outcome 1")]))
+
+    assert [(held.index, held.attempt, outcome) for held, outcome in done] == [(1, 1, "outcome 1")]
+    assert list(slot.held) == [0]
+    assert slot.held[0].attempt == 2
+
+
+def test_a_worker_that_died_in_a_call_blames_the_one_it_said_runs_or_the_only_one_or_none():
+    slot = slot_with_calls(("a", [(0, 5.0)]), ("b", [(1, 5.0), (2, 5.0)]), ("c", [(3, 5.0)]))
+    slot.start_call("a", T0)  # as the books have it: 0 runs
+
+    slot.died_in("b")  # the worker says it ended "a"
+    assert (slot.blame(), slot.unattributed()) == (None, [1, 2])
+    slot.died_in("c")
+    assert (slot.blame(), slot.unattributed()) == (3, [])
+    slot.told_running(2, 1, T0)
+    slot.died_in("b")
+    assert slot.blame() == 2
+    slot.died_in(None)  # between calls
+    assert (slot.blame(), slot.unattributed()) == (None, [])
+
+
+def test_the_calls_up_to_one_are_those_held_in_run_order():
+    slot = slot_with_calls(("a", [(0, 5.0)]), ("b", [(1, 5.0), (2, 5.0)]), ("c", [(3, 5.0)]))
+
+    assert slot.calls_up_to("b") == ["a", "b"]
+    assert slot.calls_up_to("gone") == []
+    assert slot.call_held("b") == [slot.held[1], slot.held[2]]
+    assert slot.call_held(None) == []
+
+
+def test_what_is_left_of_a_call_after_the_one_said_to_run_ended():
+    slot = slot_with_calls(("a", [(0, 5.0), (1, 2.0), (2, 3.0), (3, 4.0)]))
+    slot.start_call("a", T0)
+    slot.told_running(1, 1, T0)
+    list(slot.finish_call("a", [(0, "o"), (1, "o")]))
+
+    slot.start_call("a", T0 + 3)
+
+    assert (slot.running, slot.deadline, slot.unattributed()) == (None, T0 + 10, [2, 3])
+    slot.finish(2)
+    slot.start_call("a", T0 + 4)
+    assert (slot.running, slot.deadline) == (3, T0 + 8)  # one left: that one runs
+    slot.finish(3)
+    slot.start_call(None, T0 + 5)
+    assert (slot.running, slot.call, slot.deadline) == (None, None, None)
 
 
 # Wake-ups ------------------------------------------------------------------------------------------------
@@ -308,3 +450,6 @@ def test_the_texts_of_losses():
     assert out_of_memory_detail(2**30, 2**29) == "OutOfMemory: worker used 1024 MB, above worker_memory_limit 512 MB"
     assert shutdown_cut_off_detail(30) == "shutdown() did not finish within 30 s; the worker is killed"
     assert died_in_init_detail("exit code 4") == "worker died during init(): exit code 4"
+    assert unattributed_detail(5) == (
+        "; which of the 5 mini-batches of its call it ran is not known: each runs again in a call of its own"
+    )

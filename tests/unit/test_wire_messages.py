@@ -13,12 +13,14 @@ from parallel_steps.protocol import (
     Part,
     RunAttempts,
     StopWorker,
+    WorkerEnded,
     WorkerHangTimeout,
     WorkerInitFailed,
     WorkerLoaded,
     WorkerOverMemory,
     WorkerReady,
     WorkerResults,
+    WorkerRunning,
 )
 
 MINI_BATCH = MiniBatch(4, "csv", ("data/a.csv",), "fp-4", 120, None, start=0, end=120, read={"sep": ";"})
@@ -35,6 +37,8 @@ MESSAGES = [
     WorkerHangTimeout(4, 1, -1),
     WorkerResults([(4, OUTCOME), (5, Outcome(False, None, error="Traceback ..."))]),
     WorkerOverMemory(4, 2, 700 << 20),
+    WorkerRunning(4, 1, 1.5),
+    WorkerEnded(4, 1, [(3, OUTCOME), (4, OUTCOME)]),
 ]
 
 

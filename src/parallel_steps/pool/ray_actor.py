@@ -1,47 +1,30 @@
-"""The Ray side of a worker: one `ParallelStepsWorker` actor per worker, and the mailbox.
+"""The Ray side of a worker: one `ParallelStepsWorker` actor per worker.
 
 The actor sets up the worker environment and log files like a local worker process,
 then drives a `WorkerRuntime` in its main thread (entry scripts that install signal
-handlers keep working). Messages it sends while run() is still going (items
-loaded, a changed hang timeout, memory above the limit) go through one small
-`Mailbox` actor, so the pool waits on a single extra ref. Workers write their logs
-and output parts straight into the run directory, which every node must mount at
-the same path.
+handlers keep working). Each call runs several mini-batches (`run_many`) and returns
+their outcomes together. Messages it sends while a call is still going (a mini-batch
+that runs long, items loaded, a changed hang timeout, memory above the limit, the end
+of a mini-batch said to run: ray_watch.py) go through one small `Mailbox` actor
+(ray_mailbox.py), so the pool waits on a single extra ref. Workers write their logs
+and output parts straight into the run directory, which every node must mount at the
+same path.
 """
 
 from __future__ import annotations
 
-import asyncio
-import faulthandler
 import os
 import shutil
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
 import ray
 
 from ..inputs.minibatch import MiniBatch
-from ..protocol import (
-    FromWorker,
-    Outcome,
-    WorkerHangTimeout,
-    WorkerInitFailed,
-    WorkerLoaded,
-    WorkerLogPaths,
-    WorkerOverMemory,
-    WorkerReady,
-    WorkerSpec,
-)
+from ..protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
-from .base import tree_rss
-from .slots import MEMORY_CHECK_S
-
-#: The actor's own stack dump fires this long after its deadline, so that it follows the header the pool
-#: writes at the deadline (as the pool sees it); the pool kills it `slots.DUMP_GRACE_S` after that.
-DUMP_DELAY_S = 0.5
+from .ray_watch import Watch, arm_dump
 
 
 class ParallelStepsWorker:
@@ -64,9 +47,9 @@ class ParallelStepsWorker:
         self._id, self._spec, self._environment, self._gpu = worker_id, spec, environment, gpu
         self._mailbox, self._memory_limit, self._cwd = mailbox, memory_limit, cwd
         self._runtime: WorkerRuntime | None = None
-        self._current: tuple[int, int] | None = None
-        self._timeout: float | None = None
+        self._watch: Watch | None = None
         self._dump_file: TextIO | None = None
+        self._ended: Any = None  # the ref of the mailbox's note that the last call ended
 
     def start(self) -> WorkerReady | WorkerInitFailed:
         """Environment, log redirection, side-input copies, then the script's init()."""
@@ -93,87 +76,65 @@ class ParallelStepsWorker:
             _flush()
         # The first call to another actor connects to it: done here, not in the first run()'s timed post.
         ray.get(self._mailbox.ping.remote())
-        if self._memory_limit:
-            threading.Thread(target=self._watch_memory, daemon=True, name="parallel-steps-memory").start()
+        self._watch = Watch(self._post, self._dump_file, self._memory_limit)
         return WorkerReady(os.getpid(), gpu)
 
-    def run(self, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> Outcome:
-        """One attempt; a faulthandler watchdog writes the stacks if it outlives its deadline."""
-        runtime = self._started()
-        self._current, self._timeout = (mini_batch.index, attempt), timeout
-        self._arm_dump(timeout)
-        outcomes: list[Outcome] = []
+    def run_many(self, call: int, attempts: list[tuple[MiniBatch, int, float | None]]) -> list[tuple[int, Outcome]]:
+        """(mini-batch, attempt, run() timeout) triples in order, in the pool's call number `call`; returns their
+        (index, outcome) pairs. What the pool must hear of before the call returns, the watch tells it
+        (ray_watch.py). Each call's end is noted in the mailbox, and the next call starts once the note is in:
+        Ray may lose a call's reply when the actor dies a moment after, and the pool must not blame a loss on
+        a call that ended."""
+        runtime, watch = self._started()
+        if self._ended is not None:
+            ray.get(self._ended)  # sent as the call before returned: in by now
+        results: list[tuple[int, Outcome]] = []
+        told = 0  # how many of `results` the pool has already
+        watch.call([timeout for _, _, timeout in attempts])
         try:
-            outcomes.append(runtime.run(mini_batch, attempt, on_loaded=self._loaded))
+            for position, (mini_batch, attempt, _) in enumerate(attempts):
+                if position + 1 < len(attempts):
+                    runtime.prefetch(attempts[position + 1][0])  # its files named by URLs come while this one runs
+                watch.begin(position, mini_batch.index, attempt)
+                results.append((mini_batch.index, runtime.run(mini_batch, attempt, on_loaded=watch.loaded)))
+                if watch.end(position):
+                    told = self._tell_end(runtime, mini_batch.index, attempt, results, told)
         finally:
-            faulthandler.cancel_dump_traceback_later()
-            self._current = None
-            runtime.flush(outcomes)  # may turn the outcome into a failure: a full disk kept its rows out
-        return outcomes[0]
+            watch.idle()
+            runtime.flush(outcome for _, outcome in results[told:])  # a full disk may turn outcomes into failures
+        self._ended = self._mailbox.ended.remote(self._id, call)
+        return results
 
-    def _started(self) -> WorkerRuntime:
-        if self._runtime is None:
-            raise RuntimeError("run() before start()")
-        return self._runtime
+    def _tell_end(
+        self, runtime: WorkerRuntime, index: int, attempt: int, results: list[tuple[int, Outcome]], told: int
+    ) -> int:
+        """A mini-batch said to run ended: its outcome and those before it not told yet go to the pool, their rows
+        flushed first; waited for, so that the pool has them before the next one starts. Returns how many are told."""
+        runtime.flush(outcome for _, outcome in results[told:])
+        ray.get(self._mailbox.post.remote(self._id, WorkerEnded(index, attempt, results[told:])))
+        return len(results)
+
+    def _started(self) -> tuple[WorkerRuntime, Watch]:
+        if self._runtime is None or self._watch is None:
+            raise RuntimeError("run_many() before start()")
+        return self._runtime, self._watch
 
     def shutdown(self, timeout: float) -> None:
         """The script's shutdown(); its stacks are dumped if it takes longer than `timeout`."""
-        self._arm_dump(timeout)
+        arm_dump(self._dump_file, timeout)
         try:
             if self._runtime is not None:
                 self._runtime.shutdown()
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            arm_dump(self._dump_file, None)
             _flush()
 
-    def _arm_dump(self, seconds: float | None) -> None:
-        faulthandler.cancel_dump_traceback_later()
-        if seconds and self._dump_file is not None:
-            faulthandler.dump_traceback_later(seconds + DUMP_DELAY_S, file=self._dump_file)
-
-    def _loaded(self, items: int) -> None:
-        if self._current is not None:
-            self._post(WorkerLoaded(*self._current, items))
-
     def _on_hang_timeout(self, seconds: float | None) -> None:
-        self._arm_dump(self._timeout if seconds is not None and seconds < 0 else seconds)
-        if self._current is not None:
-            self._post(WorkerHangTimeout(*self._current, seconds))
+        if self._watch is not None:
+            self._watch.hang_timeout(seconds)
 
-    def _post(self, message: FromWorker) -> None:
+    def _post(self, message: ActorPost) -> None:
         self._mailbox.post.remote(self._id, message)
-
-    def _watch_memory(self) -> None:
-        """Tell the pool once run() goes above worker_memory_limit; the pool kills the actor."""
-        told = None
-        while True:
-            time.sleep(MEMORY_CHECK_S)
-            rss = tree_rss(os.getpid())
-            current = self._current
-            if current is not None and current != told and rss > (self._memory_limit or 0):
-                self._post(WorkerOverMemory(*current, rss))
-                told = current
-
-
-class Mailbox:
-    """Messages workers send during run(); the pool keeps one `take()` in flight and wakes when it returns."""
-
-    def __init__(self) -> None:
-        self._messages: list[tuple[str, FromWorker]] = []  # (sender's worker id, message)
-        self._posted = asyncio.Event()
-
-    async def post(self, worker_id: str, message: FromWorker) -> None:
-        self._messages.append((worker_id, message))
-        self._posted.set()
-
-    async def ping(self) -> None:
-        """Nothing: a worker's first call, so that its posts during run() find the connection open."""
-
-    async def take(self) -> list[tuple[str, FromWorker]]:
-        await self._posted.wait()
-        self._posted.clear()
-        messages, self._messages = self._messages, []
-        return messages
 
 
 def _shared_run_dir_problem(spec: WorkerSpec) -> str | None:

@@ -1,14 +1,20 @@
 """The Ray worker pool: one actor per worker, `process_count_per_node` actors pinned to each of `node_count` nodes.
 
-    driver ──submit──▶ RayWorkerPool ──actor.run.remote()──▶ ParallelStepsWorker actor on Ray node N
-       ▲                   │  ray.wait on: every in-flight start/run ref and one mailbox ref;
+    driver ──submit──▶ RayWorkerPool ──actor.run_many.remote([...])──▶ ParallelStepsWorker actor on Ray node N
+       ▲                   │  ray.wait on: every in-flight start ref and call ref, and one mailbox ref;
        └── next_events ◀───┘  timeout = the nearest deadline
 
 Ray owns the transport, node membership and GPU assignment; this module keeps the
-contract of the local pool: an actor's death (a crash, a kill after a timeout,
-its node leaving the cluster) maps to exactly the one mini-batch it was running.
-Ray does not report a dead actor's process exit code, so `Lost.exit_code` is None
-here (the config refuses `retryable_exit_codes` with the Ray backend).
+contract of the local pool. What the driver submits goes to each actor in as few calls
+of several mini-batches as keep it busy (Ray's cost is per call: ray_handle.py).
+An actor's death (a crash, a kill after a timeout, its node leaving the cluster) maps
+to the one mini-batch it was running when the pool knows which: a call of one, or
+one the actor said it runs (ray_watch.py). When it does not (the actor died among
+the quick mini-batches of a call), the loss names none: the driver gives them all
+back unstarted, and each runs again in a call of its own, where a loss is blamed on
+it (`_suspects`). Ray does not report a dead actor's process exit code, so
+`Lost.exit_code` is None here (the config refuses `retryable_exit_codes` with the
+Ray backend).
 
 Beside the loop: each actor as the pool sees it (ray_handle.py), the refs it waits
 on and the mailbox (ray_refs.py), which node serves which node index (ray_nodes.py),
@@ -29,21 +35,24 @@ import ray
 
 from ..inputs.minibatch import MiniBatch
 from ..protocol import (
+    ActorPost,
     Event,
     Finished,
-    FromWorker,
     HangTimeoutChanged,
     InitFailed,
     ItemsLoaded,
     LossReason,
     Lost,
+    Outcome,
     Ready,
+    WorkerEnded,
     WorkerHangTimeout,
     WorkerInfo,
     WorkerInitFailed,
     WorkerLoaded,
     WorkerOverMemory,
     WorkerReady,
+    WorkerRunning,
 )
 from ..store.logs import stderr_tail
 from ..worker.runtime import copies_root
@@ -52,9 +61,9 @@ from .ray_actor import ParallelStepsWorker
 from .ray_connect import RayConnection
 from .ray_handle import RayActorHandle
 from .ray_nodes import RayNodes
-from .ray_refs import Answers, RayRefs
+from .ray_refs import Answers, RayRefs, remote_class
 from .ray_shutdown import remove_side_input_copies, stop_actors
-from .slots import Due, WorkerState, died_in_init_detail, next_wakeup
+from .slots import Due, WorkerState, died_in_init_detail, next_wakeup, unattributed_detail
 
 
 class RayWorkerPool(WorkerPool):
@@ -74,6 +83,7 @@ class RayWorkerPool(WorkerPool):
         self._nodes = RayNodes()
         self._side_inputs_root: Path | None = None  # where nodes copied this run's side inputs and models
         self._actor_class: Any = None
+        self._suspects: set[int] = set()  # mini-batches a loss could not blame: each runs in a call of its own
         self._closed = False
 
     # Starting ---------------------------------------------------------------------------------
@@ -83,7 +93,7 @@ class RayWorkerPool(WorkerPool):
         self._nodes.assign(self.settings.node_count, 0.0 if self._connection.started_local else self._node_wait_s)
         self.settings = dataclasses.replace(self.settings, main_node_address=self._nodes[0].address)
         self._refs.open_mailbox()
-        self._actor_class = ray.remote(ParallelStepsWorker)
+        self._actor_class = remote_class(ParallelStepsWorker)
         for node in range(self.settings.node_count):
             for slot in range(self.settings.process_count_per_node):
                 self._spawn(node, slot)
@@ -116,13 +126,13 @@ class RayWorkerPool(WorkerPool):
 
     def submit(self, worker: WorkerInfo, mini_batch: MiniBatch, attempt: int, timeout: float | None) -> None:
         handle = self._ready(worker)
-        if handle is None:
-            return
-        self._refs.add(handle.send(mini_batch, attempt, timeout), Answers.RUN, worker.id)
+        if handle is not None:
+            handle.outbox.append((mini_batch, attempt, timeout))  # sent at the next look
 
     def next_events(self, timeout: float) -> list[Event]:
         end = time.monotonic() + timeout
         while not self._events:
+            self._send()
             self._poll(0.0)  # what actors posted before a deadline counts before it
             now = time.monotonic()
             self._enforce_deadlines(now)
@@ -139,6 +149,12 @@ class RayWorkerPool(WorkerPool):
         events = list(self._events)
         self._events.clear()
         return events
+
+    def _send(self) -> None:
+        """What was submitted goes to the actors whose calls run low, as few calls as it takes (ray_handle.py)."""
+        for handle in self._handles.values():
+            for ref in handle.send(self._suspects):
+                self._refs.add(ref, Answers.RUN, handle.info.id)
 
     def _poll(self, timeout: float) -> None:
         """Take every ref that is done; when none is, wait (up to `timeout`) for the first one."""
@@ -165,13 +181,17 @@ class RayWorkerPool(WorkerPool):
             self._take_results(handle, ref)
 
     def _take_results(self, handle: RayActorHandle, ref: Any) -> None:
-        """Finish the queue up to `ref`."""
+        """Finish its calls up to `ref`'s."""
         try:
             for done, outcome in handle.results(ref):
                 self._refs.drop([done.ref])
-                self._events.append(Finished(handle.info, done.index, outcome))
+                self._finished(handle, done.index, outcome)
         except RayError as exc:
             self._failed(handle, exc)
+
+    def _finished(self, handle: RayActorHandle, index: int, outcome: Outcome) -> None:
+        self._suspects.discard(index)
+        self._events.append(Finished(handle.info, index, outcome))
 
     def _started(self, handle: RayActorHandle, reply: WorkerReady | WorkerInitFailed) -> None:
         error = handle.started(reply)
@@ -182,30 +202,27 @@ class RayWorkerPool(WorkerPool):
         self._forget(handle)
         self._events.append(InitFailed(handle.info, error))
 
-    def _handle_message(self, worker_id: str, message: FromWorker) -> None:
-        """A message an actor posted while it ran an attempt; dropped once that attempt ended."""
+    def _handle_message(self, worker_id: str, message: ActorPost) -> None:
+        """A message an actor posted while a call ran; one about an attempt it no longer holds is dropped.
+        WorkerRunning, WorkerHangTimeout and WorkerOverMemory say that the attempt they name runs, and so the
+        ones before it in its call ended; WorkerEnded brings the outcomes of those and its own."""
         handle = self._handles.get(worker_id)
         if handle is None or not handle.slot.taking_results:
             return
+        slot, now = handle.slot, time.monotonic()
         match message:
-            case WorkerLoaded() if self._runs(handle, message.mini_batch, message.attempt):
+            case WorkerRunning():
+                slot.told_running(message.mini_batch, message.attempt, now - message.elapsed)
+            case WorkerEnded():
+                for done, outcome in handle.ended(message):
+                    self._finished(handle, done.index, outcome)
+            case WorkerLoaded() if slot.holds(message.mini_batch, message.attempt):
                 self._events.append(ItemsLoaded(handle.info, message.mini_batch, message.items))
-            case WorkerHangTimeout() if self._runs(handle, message.mini_batch, message.attempt):
-                limit = handle.slot.set_hang_timeout(message.seconds, time.monotonic())
-                self._events.append(HangTimeoutChanged(handle.info, limit))
-            case WorkerOverMemory() if self._runs(handle, message.mini_batch, message.attempt):
-                handle.slot.over_memory(message.rss, self.settings.memory_limit or 0)
+            case WorkerHangTimeout() if slot.told_running(message.mini_batch, message.attempt, now):
+                self._events.append(HangTimeoutChanged(handle.info, slot.set_hang_timeout(message.seconds, now)))
+            case WorkerOverMemory() if slot.told_running(message.mini_batch, message.attempt, now):
+                slot.over_memory(message.rss, self.settings.memory_limit or 0)
                 self._give_up(handle)
-
-    def _runs(self, handle: RayActorHandle, index: int, attempt: int) -> bool:
-        """Whether the actor still runs that attempt. It does, so the ones held before it are done:
-        their results are taken first."""
-        position = handle.slot.position(index, attempt)
-        if position is None:
-            return False
-        if position:
-            self._take_results(handle, list(handle.slot.held.values())[position - 1].ref)
-        return handle.info.id in self._handles
 
     # Losing workers ---------------------------------------------------------------------------
 
@@ -226,6 +243,8 @@ class RayWorkerPool(WorkerPool):
         """Ray says the actor is gone (a crash, or its node left), or our actor code failed."""
         if not isinstance(exc, (RayActorError, ActorUnschedulableError)):
             handle.kill()  # our own code raised: the worker is unusable
+        if handle.slot.held and not self._catch_up(handle):
+            return  # given up meanwhile (over its memory limit), and reported
         cause = _ray_cause(exc)
         if self._nodes.died(handle.node, exc):
             detail = f"node {handle.info.node_id} ({handle.node.address}) left the Ray cluster: {cause}"
@@ -237,9 +256,26 @@ class RayWorkerPool(WorkerPool):
             detail = decided_loss(handle.slot, handle.logs) or f"worker process died: {cause}{stderr_tail(handle.logs)}"
             self._lose(handle, handle.slot.loss or LossReason.CRASHED, detail)
 
+    def _catch_up(self, handle: RayActorHandle) -> bool:
+        """Before the loss of a worker that held mini-batches is blamed: what it posted before it died (which
+        mini-batch it ran, which ended) may still be on its way, and it ran the call after the last it noted
+        as ended (Ray may lose the reply of a call when its actor dies a moment after). Returns False when a
+        message made the pool give it up, and report it, meanwhile."""
+        messages, ended = self._refs.catch_up(handle.info.id)
+        for sender, message in messages:
+            self._handle_message(sender, message)
+        if handle.info.id not in self._handles:
+            return False
+        handle.died_after(ended)
+        return True
+
     def _lose(self, handle: RayActorHandle, reason: LossReason, detail: str) -> None:
         self._forget(handle)
-        # The driver gives the mini-batches held behind the one it ran to other workers.
+        unknown = handle.slot.unattributed()
+        if unknown:
+            self._suspects.update(unknown)
+            detail += unattributed_detail(len(unknown))
+        # The driver gives the mini-batches held behind the one it ran (all of them, when it ran none) to others.
         self._events.append(Lost(handle.info, handle.slot.blame(), reason, None, detail))
 
     def _forget(self, handle: RayActorHandle) -> None:

@@ -16,9 +16,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 import ray
 
 from ..store.logs import note_error
-from .ray_actor import DUMP_DELAY_S, remove_side_inputs
+from .ray_actor import remove_side_inputs
 from .ray_handle import RayActorHandle
 from .ray_nodes import RayNode
+from .ray_watch import DUMP_DELAY_S
 from .slots import DUMP_GRACE_S, WorkerState, shutdown_cut_off_detail
 
 _STOP_WAIT_S = 10.0

@@ -6,7 +6,10 @@ the pool gives it up, why and when it is to be killed. The rules live here once:
 deadline counts from the real start; a negative hang timeout means the run() timeout
 again; a hung worker gets `DUMP_GRACE_S` to write its stacks; a loss is blamed on the
 mini-batch it ran, never on those queued behind it (the driver gives those to others);
-and the texts of losses. Pure: no processes, no Ray, time is passed in. The pools
+and the texts of losses. On Ray one call carries several mini-batches (they share its ref):
+which of them runs is known when the call carries one, or when the worker says so
+(`told_running`); until then the call as a whole has a deadline, and a loss is blamed on
+none of them (`unattributed`). Pure: no processes, no Ray, time is passed in. The pools
 (local.py, ray_pool.py) start, kill and listen; this module only decides, in the manner of
 Ray Data's `_ActorPool`, whose bookkeeping is apart from the operator that runs actors.
 """
@@ -48,7 +51,8 @@ class Due(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A mini-batch a worker was given: its attempt, its run() timeout, and the ref of its result (Ray)."""
+    """A mini-batch a worker was given: its attempt, its run() timeout, and the ref of the call that carries it
+    (Ray: one call carries several)."""
 
     index: int
     attempt: int
@@ -63,11 +67,12 @@ class Slot:
     state: WorkerState = WorkerState.STARTING
     held: dict[int, Held] = field(default_factory=dict)  # by mini-batch index, in run order
     running: int | None = None  # the one it runs, as far as the pool knows
-    deadline: float | None = None  # of the one it runs (None: no limit)
+    deadline: float | None = None  # of the one it runs, or of its call (None: no limit)
     kill_at: float | None = None
     loss: LossReason | None = None  # set when the pool gives the worker up
     loss_detail: str = ""
-    _since: float | None = None  # when `running` started
+    call: Any = None  # Ray: the ref of the call it runs, as far as the pool knows
+    _since: float | None = None  # when `running` started, or the call (`start_call`)
 
     def hold(self, index: int, attempt: int, timeout: float | None, ref: Any = None) -> None:
         """The worker is given a mini-batch; it runs after those it holds."""
@@ -81,12 +86,6 @@ class Slot:
     def head(self) -> Held | None:
         """The first mini-batch it holds: the one it runs, or the next to run."""
         return next(iter(self.held.values()), None)
-
-    def position(self, index: int, attempt: int) -> int | None:
-        """How many mini-batches it holds before that attempt; None when it does not hold it."""
-        if not self.holds(index, attempt):
-            return None
-        return list(self.held).index(index)
 
     @property
     def busy(self) -> bool:
@@ -108,6 +107,61 @@ class Slot:
         self.running, self._since = index, since
         timeout = self.held[index].timeout if index is not None else None
         self.deadline = since + timeout if timeout else None
+
+    def start_call(self, ref: Any, since: float) -> None:
+        """The worker runs the call `ref`, or what is left of it, from `since` as the pool sees it (None: it runs
+        none). One mini-batch left in it: that one runs. Several: which one is not known until the worker says
+        (`told_running`), unless it said so already; meanwhile the deadline is the sum of their timeouts (none if
+        one has none), which no healthy call reaches, each of its runs ending within its own: it is there for a
+        run() that keeps the worker from saying (a C extension holding the GIL)."""
+        if self.running in self.held:
+            return  # the worker said which one runs (`finish` forgets it when it ends)
+        left = self.call_held(ref)
+        self.call = ref if left else None
+        if len(left) == 1:
+            self.start(left[0].index, since)
+            return
+        limit = budget([held.timeout for held in left])
+        self.running, self._since = None, since
+        self.deadline = since + limit if limit is not None else None
+
+    def told_running(self, index: int, attempt: int, since: float) -> bool:
+        """The worker says it runs that attempt, started at `since`: the ones before it in its call ended, its
+        deadline counts from `since`, a loss is blamed on it. Said again, nothing changes (a hang timeout given
+        meanwhile stands). False when it does not hold that attempt (it ended: the message is stale)."""
+        if not self.holds(index, attempt):
+            return False
+        if index != self.running:
+            self.start(index, since)
+            self.call = self.held[index].ref
+        return True
+
+    def died_in(self, ref: Any) -> None:
+        """The worker died running the call `ref` (None: between calls), as it says: the calls before it ended,
+        whatever came of their results. A loss is blamed on the one it said runs in that call, or on the call's
+        only mini-batch left, else on none."""
+        said = self.running is not None and self.running in self.held and self.held[self.running].ref == ref
+        if not said:
+            left = self.call_held(ref)
+            self.running = left[0].index if len(left) == 1 else None
+        self.call = ref
+
+    def call_held(self, ref: Any) -> list[Held]:
+        """What it holds of the call `ref`, in run order (none for None)."""
+        return [] if ref is None else [held for held in self.held.values() if held.ref == ref]
+
+    def calls_up_to(self, ref: Any) -> list[Any]:
+        """The calls it holds mini-batches of, in run order, up to `ref`'s (none when it holds none of `ref`)."""
+        calls = list(dict.fromkeys(held.ref for held in self.held.values()))
+        return calls[: calls.index(ref) + 1] if ref in calls else []
+
+    def finish_call(self, ref: Any, results: Iterable[tuple[int, Any]]) -> list[tuple[Held, Any]]:
+        """The (index, outcome) results of the call `ref`: those it still holds of that call end and are
+        returned; the others were told before (or belong to a later attempt, in a later call)."""
+        mine = [(held, outcome) for index, outcome in results if (held := self.held.get(index)) and held.ref == ref]
+        for held, _ in mine:
+            self.finish(held.index)
+        return mine
 
     def finish(self, index: int) -> Held | None:
         """Its result came: the mini-batch is no longer held. None when it was not (its result is stale)."""
@@ -136,12 +190,17 @@ class Slot:
         return None
 
     def time_out(self, now: float, dump_delay: float = 0.0) -> str:
-        """The mini-batch it runs passed its deadline: the worker is given up as timed out and is to be
-        killed `DUMP_GRACE_S` after its stack dump is due (`dump_delay` from now). Returns the loss text."""
-        if self.running is None:
+        """The mini-batch it runs passed its deadline, or the call it runs the sum of their timeouts: the worker
+        is given up as timed out and is to be killed `DUMP_GRACE_S` after its stack dump is due (`dump_delay`
+        from now). Returns the loss text."""
+        if self.running is not None:
+            held = self.held[self.running]
+            detail = timed_out_detail(held.timeout or 0.0, held.index)
+        elif self.deadline is not None and self._since is not None:
+            detail = call_timed_out_detail(self.deadline - self._since, len(self.call_held(self.call)))
+        else:
             raise RuntimeError("a time-out for a worker that runs nothing")
-        held = self.held[self.running]
-        self.give_up(LossReason.TIMED_OUT, timed_out_detail(held.timeout or 0.0, held.index))
+        self.give_up(LossReason.TIMED_OUT, detail)
         self.kill_at = now + dump_delay + DUMP_GRACE_S
         return self.loss_detail
 
@@ -159,9 +218,19 @@ class Slot:
         Those it held behind it are not reported; the driver gives them to other workers unstarted."""
         return self.running if self.running in self.held else None
 
+    def unattributed(self) -> list[int]:
+        """When a loss is blamed on none (`blame` is None) while the worker ran a call of several: the
+        mini-batches of that call it still held, any of which may have caused it."""
+        return [] if self.blame() is not None else [held.index for held in self.call_held(self.call)]
+
     def wakeups(self) -> tuple[float | None, float | None]:
         """When this worker next needs a look: its deadline, its kill."""
         return self.deadline, self.kill_at
+
+
+def budget(timeouts: list[float | None]) -> float | None:
+    """The time mini-batches with these run() timeouts may take one after the other (None: no bound)."""
+    return sum(t for t in timeouts if t) if timeouts and all(timeouts) else None
 
 
 def next_wakeup(now: float, times: Iterable[float | None]) -> float:
@@ -174,6 +243,15 @@ def next_wakeup(now: float, times: Iterable[float | None]) -> float:
 
 def timed_out_detail(limit: float, mini_batch: int) -> str:
     return f"run() exceeded {limit:g} s {mini_batch_tag(mini_batch)}"
+
+
+def call_timed_out_detail(budget: float, count: int) -> str:
+    return f"{count} mini-batches of one call exceeded the sum of their run() timeouts ({budget:g} s)"
+
+
+def unattributed_detail(count: int) -> str:
+    """What a loss says when it is blamed on none of the `count` mini-batches of the call the worker ran."""
+    return f"; which of the {count} mini-batches of its call it ran is not known: each runs again in a call of its own"
 
 
 def out_of_memory_detail(rss: int, limit: int) -> str:
