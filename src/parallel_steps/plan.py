@@ -1,10 +1,11 @@
 """Writing a run's plan into its ledger: every mini-batch, with the results it may take from reuse sources.
 
-Two ways, each an explicit call that writes: `whole` (when there is something to reuse:
-whole-step reuse needs every fingerprint before any worker starts), or `start_streaming`
-then `write_next_chunk`, which the running driver calls whenever it runs out of mini-batches
-(a fresh run: the first mini-batches run while the rest is listed, and files are
-fingerprinted by the workers that read them).
+A plan is written a chunk at a time, each an explicit call that writes: `start`, then `write_next_chunk`,
+which the running driver calls whenever it runs out of mini-batches, so the first mini-batches run while
+the rest is listed. A fresh run's files are fingerprinted by the workers that read them; a rerun's are
+stat'ed here, and the chunks whose mini-batches all take a result are written on without stopping (whole-step
+reuse needs every fingerprint: a step decides it only when no mini-batch has to run). `whole` writes it all
+at once (a restart, a preview).
 """
 
 from __future__ import annotations
@@ -53,73 +54,93 @@ class RunPlan:
                 setattr(self.counters, name, int(ledger.get(name) or 0))
         self.notes: list[str] = []  # the planner's advice, logged with the plan
         self.diff: PlanDiff | None = None  # against the earlier plan, when the plan was sticky
-        self._streaming: tuple[Planner, Iterator[MiniBatch]] | None = None  # a streamed plan's planner, listing
+        self._fresh = True  # no results to take: every mini-batch is new
+        self._planner: Planner | None = None  # what lists the inputs, with its notes
+        self._sticky: IncrementalPlanner | None = None  # or the sticky planner, with its diff
+        self._sticky_own = False  # whether the earlier plan it keeps is this run's own
+        self._rows: Iterator[PlanRow] = iter(())
 
     def whole(self, sources: ReuseSources) -> None:
-        """Write the whole plan, taking finished results from `sources`. File inputs keep the earlier
-        plan's mini-batches (inputs/incremental.py); others are matched by fingerprint."""
-        settings = self.settings
+        """Write the whole plan at once (a restart, a preview), taking finished results from `sources`; the
+        pending mini-batches' descriptors are written too, for `Ledger.pending`."""
+        self.start(sources)
+        while self._write_chunks(descriptors=True, check=True):
+            pass
+
+    def start(self, sources: ReuseSources | None = None) -> None:
+        """Begin the plan, written by `write_next_chunk`: `counters.planning` until it is complete. With
+        `sources`, finished results are taken from them, and file inputs keep the earlier plan's mini-batches
+        (inputs/incremental.py; other inputs are matched by fingerprint). Without (a fresh run), every
+        mini-batch and input is new, and files are fingerprinted by the workers that read them."""
+        self.counters.planning = True
+        self.ledger.clear_plan()
+        self._fresh = sources is None
+        if sources is None:
+            planner = planner_for(self.settings, defer_files=True)
+            self._planner, self._rows = planner, ((mb, None, None) for mb in planner.mini_batches())
+            return
         # Here, not at the top: the sticky planner's index needs numpy (0.1 s to import), which a fresh
-        # run, planned while it streams, never pays for.
+        # run never pays for.
         from .inputs.incremental import IncrementalPlanner, is_incremental
 
-        planner: IncrementalPlanner | Planner
-        rows: Iterator[PlanRow]
-        datasets = settings.inputs
-        if is_incremental(datasets, settings.partition_keys):
-            planner = IncrementalPlanner(datasets, settings.batch_size, settings.fingerprint, sources.earlier_plan())
-            rows = ((p.mini_batch, sources.find(p.mini_batch), p.tokens) for p in planner.mini_batches())
+        settings = self.settings
+        if is_incremental(settings.inputs, settings.partition_keys):
+            sticky = IncrementalPlanner(
+                settings.inputs, settings.batch_size, settings.fingerprint, sources.earlier_plan()
+            )
+            self._sticky, self._sticky_own = sticky, sources.own_plan
+            self._rows = ((p.mini_batch, sources.find(p.mini_batch), p.tokens) for p in sticky.mini_batches())
         else:
             planner = planner_for(settings, defer_files=False)
-            rows = ((mini_batch, sources.find(mini_batch), None) for mini_batch in planner.mini_batches())
-        self.ledger.clear_plan()
-        while chunk := list(itertools.islice(rows, _CHUNK)):
-            self._check()
-            self._add(chunk)
-        if isinstance(planner, IncrementalPlanner):
-            self.diff = planner.diff
-            if not sources.own_plan:  # a resume goes on with the counts its first plan made
-                self._count_diff(planner.diff)
-        else:
-            self.notes = planner.notes
+            self._planner, self._rows = planner, ((mb, sources.find(mb), None) for mb in planner.mini_batches())
+
+    def write_next_chunk(self, check: bool = False) -> list[MiniBatch]:
+        """Write the plan's next chunks into the ledger until one holds mini-batches to run, and count them;
+        returns those, `[]` once the plan is complete (`counters.planning` is then off, and the planner's
+        `notes` and the `diff` are here). Mini-batches with a result to take are written as succeeded.
+        `check`: call the plan's `check` between chunks (before the driver runs: it watches cancels itself)."""
+        return self._write_chunks(descriptors=False, check=check)
+
+    def _write_chunks(self, descriptors: bool, check: bool) -> list[MiniBatch]:
+        while self.counters.planning:
+            chunk = list(itertools.islice(self._rows, _CHUNK))
+            if not chunk:
+                self._finish()
+                return []
+            if check:
+                self._check()
+            self._add(chunk, descriptors)
+            if to_run := [mini_batch for mini_batch, result, _ in chunk if result is None]:
+                return to_run
+        return []
+
+    def _finish(self) -> None:
+        """The plan is complete: its notes, or against the earlier plan, its diff."""
+        self.counters.planning = False
+        if self._sticky is not None:
+            self.diff = self._sticky.diff
+            if not self._sticky_own:  # a resume goes on with the counts its first plan made
+                self._count_diff(self.diff)
+        elif self._planner is not None:
+            self.notes = self._planner.notes
+        self.ledger.plan_written()
         self.ledger.commit()
 
-    def start_streaming(self) -> None:
-        """Begin a fresh run's plan, written by `write_next_chunk`: `counters.planning` until it is complete.
-        Nothing came before it: every mini-batch and input is new."""
-        self.counters.planning = True
-        planner = planner_for(self.settings, defer_files=True)
-        self._streaming = planner, planner.mini_batches()
-
-    def write_next_chunk(self) -> list[MiniBatch]:
-        """List the plan's next mini-batches, write them into the ledger and count them; `[]` once the plan
-        is complete (`counters.planning` is then off and the planner's `notes` are here)."""
-        if self._streaming is None:
-            return []
-        planner, listing = self._streaming
-        chunk = list(itertools.islice(listing, _CHUNK))
-        if not chunk:
-            self.counters.planning = False
-            self.notes = planner.notes
-            self._streaming = None
-            return []
-        self._add([(mini_batch, None, None) for mini_batch in chunk], descriptors=False)
-        self.counters.mini_batches_new += len(chunk)
-        self.counters.inputs_new += sum(mb.items or 0 for mb in chunk if mb.kind == "files")
-        return chunk
-
-    def _add(self, rows: list[PlanRow], descriptors: bool = True) -> None:
+    def _add(self, rows: list[PlanRow], descriptors: bool) -> None:
         """Rows into the ledger; a result from this run's own past counts as succeeded, not as reused."""
         for _, result, _ in rows:
             if result and result["run_id"] == self.run_id:
                 result["run_id"] = None
         self.ledger.add(rows, descriptors)
         counters = self.counters
-        for _, result, _ in rows:
+        for mini_batch, result, _ in rows:
             counters.mini_batches_total += 1
             if result:
                 items = result["items"] if result["items"] is not None else result["returned"]
                 counters.add_succeeded(items, result["items_failed"] or 0, reused=result["run_id"] is not None)
+            elif self._fresh:  # everything is new
+                counters.mini_batches_new += 1
+                counters.inputs_new += (mini_batch.items or 0) if mini_batch.kind == "files" else 0
 
     def _count_diff(self, diff: PlanDiff) -> None:
         counters = self.counters

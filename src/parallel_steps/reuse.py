@@ -118,32 +118,36 @@ class ReuseSources:
     ):
         self.run_id, self._own, self._link = run_id, own, link
         self._sources = [(run_id, own.results_by_fingerprint())] if own else []
-        self._newest: Path | None = None  # the ledger of the newest earlier run
+        self._spools: dict[tuple[str, str], str | None] = {}  # (run id, spool) -> as read here (None: gone)
         self.newest_run: str | None = None
+        newest = complete = None  # the ledgers of the newest earlier run, and of the newest with a whole plan
         if allow_reuse and index is not None:
             for record in index.with_code_key(code, exclude=run_id)[:_REUSE_SOURCES]:
                 path = Path(record["run_dir"]) / "ledger.sqlite"
                 ledger = Ledger.open_readonly(path)
                 if ledger:
                     self._sources.append((record["run_id"], ledger.results_by_fingerprint()))
-                    if self._newest is None:
-                        self._newest, self.newest_run = path, record["run_id"]
+                    if newest is None:
+                        newest, self.newest_run = path, record["run_id"]
+                    if complete is None and ledger.plan_complete():
+                        complete = path
                     ledger.close()
+        # The plan a sticky rerun keeps: the newest written to its end, this run's own first (a resume or a
+        # restart), else the newest there is. A plan cut short (its driver killed, or the run stopped while
+        # planning) gives way to the one its driver kept: the same inputs and earlier plan give the same
+        # mini-batches, so what that driver finished is found by fingerprint.
+        self.own_plan = own is not None and (own.plan_complete() or complete is None)
+        self._base = None if self.own_plan else complete or newest
 
     def __bool__(self) -> bool:
         return bool(self._sources)
 
-    @property
-    def own_plan(self) -> bool:
-        """Whether the plan a rerun keeps is this run's own (a resume or a restart)."""
-        return self._own is not None
-
     def earlier_plan(self) -> Iterator[EarlierBatch]:
-        """The plan a sticky rerun keeps: this run's own (a resume), else the newest earlier run's."""
-        if self._own is not None:
+        """The plan a sticky rerun keeps (see `own_plan`)."""
+        if self._own is not None and self.own_plan:
             yield from self._own.plan()
             return
-        ledger = Ledger.open_readonly(self._newest) if self._newest else None
+        ledger = Ledger.open_readonly(self._base) if self._base else None
         if ledger:
             try:
                 yield from ledger.plan()
@@ -157,13 +161,27 @@ class ReuseSources:
             return None
         for run_id, results in self._sources:
             result = results.get(mini_batch.fingerprint)
-            if result is None or (result["part"] and not os.path.exists(result["part"].path)):
+            if result is None:
                 continue
             part = result["part"]
-            if part and run_id != self.run_id and self._link:
-                part = part._replace(path=self._link(run_id, part.path))
+            if part:
+                spool = self._spool(run_id, part.path)
+                if spool is None:
+                    continue
+                part = part._replace(path=spool)
             return dict(result, part=part, run_id=result["reused_from"] or run_id)
         return None
+
+    def _spool(self, run_id: str, path: str) -> str | None:
+        """The spool a result of `run_id` is read from in this run (an earlier run's linked in), None when
+        it is gone. Once per spool, not per result: a rerun reuses thousands of results from a few spools."""
+        key = (run_id, path)
+        if key not in self._spools:
+            found = os.path.exists(path)
+            if found and run_id != self.run_id and self._link:
+                path = self._link(run_id, path)
+            self._spools[key] = path if found else None
+        return self._spools[key]
 
 
 def restore_whole_step(

@@ -161,21 +161,21 @@ class _StepRun:
                 check = self.termination.check
                 stack.enter_context(key_lock(self.run_root, lock, self.config.first_task_creation_timeout, check))
                 sources = self._sources(index)
-                if sources:
-                    self.plan.whole(sources)  # whole: whole-step reuse needs every fingerprint
+                self.plan.start(sources or None)
+                # With results to take, written up to the first mini-batch to run before any worker starts.
+                first = self.plan.write_next_chunk(check=True) if sources else []
             except JobCanceled:  # waiting for another run, or planning: nothing ran; a rerun plans again
                 self.run.ledger.rollback()
                 return self._run(index, scope, iter(()), None)
-            if sources:
+            if sources and not first:  # every mini-batch has a result: every fingerprint is known
                 key = step_key(self.code, self.run.ledger.fingerprints())
                 if self.config.allow_reuse and (
                     summary := restore_whole_step(index, key, self.run, self.config, self.started_at)
                 ):
                     return summary
-                return self._run(index, scope, self.run.ledger.pending(), None)
-            # Nothing to reuse: the workers start at once; the driver has the plan written as it needs more (_write_plan).
-            self.plan.start_streaming()
-            return self._run(index, scope, iter(()), scope.enter_context(self.workers.pool()))
+                return self._run(index, scope, iter(()), None)
+            # The workers start; the driver has the rest of the plan written as it needs more (_write_plan).
+            return self._run(index, scope, iter(first), scope.enter_context(self.workers.pool()))
 
     def _sources(self, index: RunIndex) -> ReuseSources:
         run = self.run

@@ -244,13 +244,14 @@ class TestTables:
 
 
 def test_a_failed_rerun_keeps_the_plan_for_the_next_one(tmp_path, scored, monkeypatch):
-    """A rerun that fails (its two new mini-batches raise) still leaves its plan: the next rerun keeps
-    the earlier mini-batches and the new ones, and runs only those that failed."""
+    """A rerun that fails (its two new mini-batches raise) stops at its first failure, its plan written
+    only so far: the next rerun keeps the earlier mini-batches and cuts the new ones as the failed rerun
+    did, and runs only those that failed."""
     new = add_files(tmp_path / "data", 20, random.Random(5))
     monkeypatch.setenv("FAIL", "1")  # the workers' environment, not the step's: the code key stays
     with pytest.raises(StepFailed) as failed:
         run_step(config(error_threshold=0, run_max_try=1))
-    assert failed.value.summary["mini_batches_reused"] == 200
+    assert failed.value.summary["mini_batches_failed"] == 1
     monkeypatch.delenv("FAIL")
     summary = run_step(config(error_threshold=0, run_max_try=1))
     assert summary["mini_batches_reused"] == 200

@@ -116,7 +116,7 @@ def ledger():
 
 def test_a_streamed_plan_is_written_only_by_write_next_chunk(files, ledger):
     plan = RunPlan(ParallelRunConfig(inputs=[str(files)], mini_batch_size=1).plan_settings(), ledger, "run-1")
-    plan.start_streaming()
+    plan.start()
     assert plan.counters.planning
     assert ledger.counts() == {}  # starting writes nothing
     chunk = plan.write_next_chunk()
@@ -128,23 +128,38 @@ def test_a_streamed_plan_is_written_only_by_write_next_chunk(files, ledger):
     assert not plan.counters.planning
 
 
+class EarlierResults:
+    """Reuse sources holding a result for the mini-batches of `indices`."""
+
+    own_plan = False
+
+    def __init__(self, indices):
+        self.indices = indices
+
+    def find(self, mini_batch):
+        if mini_batch.index in self.indices:
+            return dict(part=None, returned=1, items_failed=0, items=1, run_id="earlier")
+        return None
+
+    def earlier_plan(self):
+        return iter(())
+
+
+def test_a_plan_with_results_to_take_streams_only_what_has_to_run(files, ledger):
+    plan = RunPlan(ParallelRunConfig(inputs=[str(files)], mini_batch_size=1).plan_settings(), ledger, "run-1")
+    plan.start(EarlierResults({0, 1, 3, 4, 5}))
+    assert [mb.index for mb in plan.write_next_chunk()] == [2]  # the taken results are written on the way
+    ledger.commit()
+    assert ledger.counts() == {"succeeded": 5, "pending": 1}
+    assert (plan.counters.mini_batches_total, plan.counters.mini_batches_reused) == (6, 5)
+    assert plan.write_next_chunk() == []
+    assert not plan.counters.planning
+
+
 def test_a_whole_plan_is_written_at_once_and_takes_results_from_its_sources(files, ledger):
-    class Sources:
-        own_plan = False
-
-        def find(self, mini_batch):
-            return (
-                dict(part=None, returned=1, items_failed=0, items=1, run_id="earlier")
-                if mini_batch.index == 0
-                else None
-            )
-
-        def earlier_plan(self):
-            return iter(())
-
     settings = ParallelRunConfig(inputs=[TabularDataset(str(files.parent / "t.csv"))]).plan_settings()
     (files.parent / "t.csv").write_text("a\n1\n")
     plan = RunPlan(settings, ledger, "run-1")
-    plan.whole(Sources())
+    plan.whole(EarlierResults({0}))
     assert ledger.counts() == {"succeeded": 1}
     assert (plan.counters.mini_batches_total, plan.counters.mini_batches_reused) == (1, 1)

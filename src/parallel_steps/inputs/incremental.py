@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import array
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeGuard
 
@@ -103,46 +103,44 @@ class IncrementalPlanner:
         self._index = 0
 
     def mini_batches(self) -> Iterator[Planned]:
+        open_, decided, sizes = self._open, self._decided, self._earlier.sizes
         for dataset in self.datasets:
             for run, listed in iter_listed_runs(dataset.path):  # a URL's stats come from its listing
-                stats = listed or map(storage.stat, run)
-                for path, stat, owner in zip(run, stats, self._earlier.owners(run)):
-                    yield from self._file(path, stat, owner)
-            for owner in list(self._open):  # what is still open lost files (or never had all of them)
+                stats: Sequence[Stat] = listed or storage.local_stats(run)
+                for path, stat, owner in zip(run, stats, self._earlier.owners(run)):  # per file: inlined
+                    if owner < 0 or owner in decided:
+                        self.diff.inputs_new += 1
+                        self._pending.append((path, stat))
+                        yield from self._flush()
+                        continue
+                    seen = open_.setdefault(owner, [])
+                    seen.append((path, stat))
+                    if len(seen) == sizes[owner]:
+                        yield from self._decide(owner)
+            for owner in list(open_):  # what is still open lost files (or never had all of them)
                 yield from self._decide(owner)
             yield from self._flush(final=True)
         for index, batch in self._earlier.batches.items():  # earlier mini-batches none of whose files is left
-            if index not in self._decided:
+            if index not in decided:
                 self._drop(batch, deleted=self._earlier.sizes[index], changed=0)
-
-    def _file(self, path: str, stat: Stat, owner: int) -> Iterator[Planned]:
-        if owner < 0 or owner in self._decided:
-            self.diff.inputs_new += 1
-            self._pending.append((path, stat))
-            yield from self._flush()
-            return
-        seen = self._open.setdefault(owner, [])
-        seen.append((path, stat))
-        if len(seen) == self._earlier.sizes[owner]:
-            yield from self._decide(owner)
 
     def _decide(self, owner: int) -> Iterator[Planned]:
         """Keep an earlier mini-batch whose files are all there unchanged; else its files go to new ones."""
         batch, seen = self._earlier.batches[owner], self._open.pop(owner)
         self._decided.add(owner)
         members = decode_members(batch.members)
-        names = set(members)
-        present = [(path, stat) for path, stat in seen if path in names]
-        strays = [(path, stat) for path, stat in seen if path not in names]  # a hash collision: new files
+        if [path for path, _ in seen] == members:  # the usual case: the same files, listed in the same order
+            present, strays = seen, []
+        else:
+            names = set(members)
+            present = [(path, stat) for path, stat in seen if path in names]
+            strays = [(path, stat) for path, stat in seen if path not in names]  # a hash collision: new files
         paths = tuple(path for path, _ in present)
         tokens = file_tokens(paths, [s for _, s in present], self.mode)
         fingerprint = fingerprint_of(paths, tokens)
-        earlier_checks = decode_checks(batch.checks)
-        by_path = dict(zip(members, earlier_checks)) if earlier_checks else {}
-        changed = sum(1 for path, check in zip(paths, check_values(tokens)) if by_path and by_path[path] != check)
         deleted = len(members) - len(present)
-        if deleted == 0 and batch.fingerprint not in (None, fingerprint):
-            changed = max(changed, 1)  # the fingerprint covers every token in full; the checks only count
+        # The fingerprint covers every token in full: when it matches, no check needs a look.
+        changed = 0 if batch.fingerprint == fingerprint else _changed(batch, members, paths, tokens, deleted)
         if deleted == 0 and changed == 0:
             self.diff.mini_batches_kept += 1
             yield self._emit(present, tokens, kept=owner, fingerprint=fingerprint)
@@ -183,6 +181,15 @@ class IncrementalPlanner:
         )
         self._index += 1
         return Planned(mini_batch, kept, tokens)
+
+
+def _changed(batch: EarlierBatch, members: list[str], paths: tuple[str, ...], tokens: list[str], deleted: int) -> int:
+    """How many of an earlier mini-batch's files present now changed, by their checks; at least one when none
+    is missing and its fingerprint differs (the checks only count: the fingerprint decides)."""
+    earlier_checks = decode_checks(batch.checks)
+    by_path = dict(zip(members, earlier_checks)) if earlier_checks else {}
+    changed = sum(1 for path, check in zip(paths, check_values(tokens)) if by_path and by_path[path] != check)
+    return max(changed, 1) if deleted == 0 and batch.fingerprint is not None else changed
 
 
 def is_incremental(datasets: list[Dataset], partition_keys: list[str] | None) -> TypeGuard[list[FileDataset]]:

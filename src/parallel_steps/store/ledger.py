@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..inputs.members import EarlierBatch, token_checks
 from ..inputs.minibatch import MiniBatch
 from .ledger_members import MEMBERS_SCHEMA, MemberWriter
-from .ledger_queries import FAILED, SUCCEEDED, LedgerQueries, fingerprint_blob
+from .ledger_queries import FAILED, PLAN_COMPLETE, SUCCEEDED, LedgerQueries, fingerprint_blob
 from .output import Part
 
 #: A planned mini-batch, the result it takes from a reuse source (or None), its files' tokens (or None).
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS mini_batches (
     source TEXT,                             -- what it reads, for people; file mini-batches: from their members
     items INTEGER,
     nbytes INTEGER,
-    descriptor BLOB,                         -- the pickled MiniBatch, when pending() is to read it
+    descriptor BLOB,                         -- the pickled MiniBatch of a pending one, when pending() is to read it
     first INTEGER,                           -- file mini-batches: where their `items` files begin in `members`
     checks BLOB,                             -- and a 4-byte check of each file's size and mtime (or hash), once known
     state INTEGER NOT NULL DEFAULT 0,        -- 0 pending, 1 succeeded, 2 failed
@@ -202,7 +202,12 @@ class Ledger(LedgerQueries):
 
     def clear_plan(self) -> None:
         self._db.execute("DELETE FROM mini_batches")
+        self._db.execute(f"DELETE FROM meta WHERE key='{PLAN_COMPLETE}'")
         self._member_writer().clear()
+
+    def plan_written(self) -> None:
+        """The plan is complete (a plan written while the run goes may end with its driver: `plan_complete`)."""
+        self.set(**{PLAN_COMPLETE: 1})
 
     def add(self, rows: Iterable[PlanRow], descriptors: bool = True) -> None:
         """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded.
@@ -221,7 +226,7 @@ class Ledger(LedgerQueries):
                 None if files else mb.describe(),
                 mb.items,
                 mb.nbytes,
-                pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors else None,
+                pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors and not reuse else None,
                 place(mb.paths) if files else None,
                 token_checks(tokens) if tokens else None,
             )

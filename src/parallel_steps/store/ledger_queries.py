@@ -21,6 +21,7 @@ from .ledger_members import MemberReader
 from .output import Part
 
 PENDING, SUCCEEDED, FAILED = 0, 1, 2
+PLAN_COMPLETE = "plan_complete"  # the meta key set once the plan is written to its end
 _STATES = {PENDING: "pending", SUCCEEDED: "succeeded", FAILED: "failed"}
 _ROW_COLUMNS = (
     "idx, source, items, state, attempts, returned, items_failed, reused_from, error, exit_code, worker,"
@@ -55,6 +56,10 @@ class LedgerQueries:
     def get(self, key: str, default: str | None = None) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else default
+
+    def plan_complete(self) -> bool:
+        """Whether the plan was written to its end (see `Ledger.plan_written`)."""
+        return self.get(PLAN_COMPLETE) is not None
 
     def plan(self) -> Iterator[EarlierBatch]:
         """The plan's file mini-batches with their members, in plan order: the base of a sticky rerun."""
@@ -122,17 +127,17 @@ class LedgerQueries:
         rows = self._db.execute("SELECT state, count(*) FROM mini_batches GROUP BY state")
         return {_STATES[state]: count for state, count in rows}
 
-    def rows(self, idx: int | None = None) -> list[dict[str, Any]]:
-        """Mini-batch rows for status and logs commands (without the descriptor)."""
-        names, members = self._names(), MemberReader(self._db)
-        query = f"SELECT {_ROW_COLUMNS} FROM mini_batches"
-        cursor = self._db.execute(
     def reused_from(self) -> dict[str, int]:
         """Reused mini-batches by the run they were taken from, counted in SQLite (a rerun reuses many)."""
         names = self._names()
         query = "SELECT reused_from, count(*) FROM mini_batches WHERE reused_from IS NOT NULL GROUP BY reused_from"
         return {names[origin]: count for origin, count in self._db.execute(query)}
 
+    def rows(self, idx: int | None = None) -> list[dict[str, Any]]:
+        """Mini-batch rows for status and logs commands (without the descriptor)."""
+        names, members = self._names(), MemberReader(self._db)
+        query = f"SELECT {_ROW_COLUMNS} FROM mini_batches"
+        cursor = self._db.execute(
             query + (" WHERE idx=?" if idx is not None else " ORDER BY idx"), (idx,) if idx is not None else ()
         )
         found = []
