@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .azure.worker_hook import AzureMLWorkerHook as _AzureMLWorkerHook
 from .config_loaders import register_config_loader as _register_config_loader
 from .config_loaders import register_job_reader as _register_job_reader
 from .version import __version__
@@ -46,7 +45,7 @@ __all__ = [
 
 # The composition root: the Azure ML layer sets up what entry scripts import (azureml.core, models)
 # in every worker (the core only calls the hooks registered here; every worker imports this first)...
-_register_worker_hook(_AzureMLWorkerHook())
+_register_worker_hook("parallel_steps.azure.worker_hook:AzureMLWorkerHook")
 # ...reads v2 job files (`ParallelRunConfig.from_yaml`, `load_job`, the CLI), and azure-ai-ml job objects given
 # as a ParallelRunStep's parallel_run_config.
 _register_job_reader("parallel_steps.azure.job:job_fields")

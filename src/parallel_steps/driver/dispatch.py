@@ -45,6 +45,7 @@ from .termination import Termination
 
 _TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
 _COMMIT_WAIT_S = 0.1  # the longest the loop waits holding uncommitted results
+_RUN = 32  # consecutive mini-batches a worker is given at a time, past the first two it holds
 
 
 class Driver:
@@ -158,19 +159,22 @@ class Driver:
         return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:
+        """Fill the ready workers' queues, breadth first: every worker gets one before any gets two. Deeper
+        queues (quick mini-batches) are filled a run of consecutive mini-batches at a time, so that a
+        worker's results lie end to end in its spool and the output is assembled from long slices."""
         depth = self._queue_depth()
-        lowest = min(map(len, self._queued.values()), default=depth)
-        for level in range(lowest, depth):  # breadth first: every worker gets one before any gets two
+        level = min(map(len, self._queued.values()), default=depth)
+        while level < depth:
+            level = level + 1 if level < 2 else min(depth, level + _RUN)
             for worker_id, queued in self._queued.items():
-                if len(queued) > level:
-                    continue
-                work = self._next_mini_batch()
-                if work is None:
-                    return
-                mini_batch, attempt = work
-                queued.append(Attempt(mini_batch, attempt, time.time(), mini_batch.items))
-                self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.run_invocation_timeout)
-                self.health.dispatched()
+                while len(queued) < level:
+                    work = self._next_mini_batch()
+                    if work is None:
+                        return
+                    mini_batch, attempt = work
+                    queued.append(Attempt(mini_batch, attempt, time.time(), mini_batch.items))
+                    self.pool.submit(self._ready[worker_id], mini_batch, attempt, self.run_invocation_timeout)
+                    self.health.dispatched()
 
     # Events -----------------------------------------------------------------------------------
 
@@ -203,8 +207,11 @@ class Driver:
     def _finished(self, event: Finished) -> None:
         self.health.attempt_ended(event.worker)
         queued = self._queued[event.worker.id]
-        current = next(a for a in queued if a.mini_batch.index == event.mini_batch)
-        queued.remove(current)
+        if queued[0].mini_batch.index == event.mini_batch:  # a worker runs its queue in order
+            current = queued.popleft()
+        else:
+            current = next(a for a in queued if a.mini_batch.index == event.mini_batch)
+            queued.remove(current)
         outcome = event.outcome
         if outcome.no_space:  # the worker's disk is full: a retry cannot make space
             raise disk_full(outcome.no_space)

@@ -8,9 +8,9 @@ from typing import Any
 from ..masking import mask_urls
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass takes several times longer to make, once per mini-batch
 class MiniBatch:
-    """One unit of work: which data `run()` gets, not the data itself.
+    """One unit of work: which data `run()` gets, not the data itself. Treated as immutable.
 
     `kind` is `files`, `csv`, `jsonl`, `parquet` or `keys` (rows of tables with these key values).
     Byte ranges (`start`, `end`) are aligned to record boundaries; `items` is None where only

@@ -15,6 +15,7 @@ import os
 import struct
 
 _IDLE = -1
+_GENERATION, _RUNNING = struct.Struct("q"), struct.Struct("qd")
 _READ_TRIES = 1000  # a live writer holds the generation odd for a few instructions
 
 
@@ -36,10 +37,11 @@ class Marker:
         return cls(fd)
 
     def set(self, index: int, since: float = 0.0) -> None:
-        struct.pack_into("q", self._map, 0, self._generation + 1)
-        struct.pack_into("qd", self._map, 8, index, since)
+        """Twice a mini-batch in every worker: compiled structs, three stores."""
+        _GENERATION.pack_into(self._map, 0, self._generation + 1)
+        _RUNNING.pack_into(self._map, 8, index, since)
         self._generation += 2
-        struct.pack_into("q", self._map, 0, self._generation)
+        _GENERATION.pack_into(self._map, 0, self._generation)
 
     def clear(self) -> None:
         self.set(_IDLE)
@@ -50,7 +52,7 @@ class Marker:
         word, so it is either the old or the new value, never a mix)."""
         for _ in range(_READ_TRIES):
             generation, index, since = self._FIELDS.unpack_from(self._map)
-            if generation % 2 == 0 and struct.unpack_from("q", self._map)[0] == generation:
+            if generation % 2 == 0 and _GENERATION.unpack_from(self._map)[0] == generation:
                 return index, since
         return index, since
 

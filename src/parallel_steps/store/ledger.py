@@ -114,6 +114,7 @@ class Ledger(LedgerQueries):
         self._members = None if readonly else MemberWriter(self._db)
         self._successes: list[tuple[Any, ...]] = []  # written by commit(), many rows per statement
         self._ids: dict[str, int] = {}
+        self._spool_ids: dict[str, int] = {}  # by the path workers name
         self._closed = False
 
     def _open_for_writing(self, existed: bool) -> None:
@@ -172,7 +173,7 @@ class Ledger(LedgerQueries):
     def rollback(self) -> None:
         self._successes = []
         self._db.rollback()
-        self._ids = {}
+        self._ids, self._spool_ids = {}, {}
         if self._members is not None:
             self._members.reload()
 
@@ -194,9 +195,13 @@ class Ledger(LedgerQueries):
 
     def _spool_id(self, path: str) -> int:
         """Spool files in the run folder are named relative to it (`./parts/...`), so the folder may move."""
-        if self._base is not None and path.startswith(str(self._base) + "/"):
-            path = "./" + path[len(str(self._base)) + 1 :]
-        return self._id(path)
+        found = self._spool_ids.get(path)  # once per success: a few spools, looked up many times
+        if found is None:
+            name = path
+            if self._base is not None and path.startswith(str(self._base) + "/"):
+                name = "./" + path[len(str(self._base)) + 1 :]
+            found = self._spool_ids[path] = self._id(name)
+        return found
 
     # The plan ------------------------------------------------------------------
 

@@ -220,11 +220,19 @@ def mini_batch_tag(index: int) -> str:
 
 
 def journal_line(
-    index: int, attempt: int, items: Any, succeeded: Any, failed: Any, ok: bool, started: float, duration: float
+    index: int,
+    attempt: int,
+    items: Any,
+    succeeded: Any,
+    failed: Any,
+    ok: bool,
+    started: float,
+    duration: float,
+    pid: int,
 ) -> str:
     """One line of a worker's journal (`logs/sys/node/<node>/processNNN.txt`)."""
     return (
-        f"{timestamp(started)} pid={os.getpid()} mini_batch={index} attempt={attempt} items={items}"
+        f"{timestamp(started)} pid={pid} mini_batch={index} attempt={attempt} items={items}"
         f" succeeded={succeeded} failed={failed} {'ok' if ok else 'error'} duration={duration:.3f}s\n"
     )
 

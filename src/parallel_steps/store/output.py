@@ -95,7 +95,8 @@ def encode(result: Any, fmt: str) -> bytes:
 
 
 def _is_frame(result: Any) -> bool:
-    return type(result).__module__.split(".")[0] in ("pandas", "pyarrow")
+    kind = type(result)
+    return kind is not list and kind.__module__.split(".")[0] in ("pandas", "pyarrow")
 
 
 def _text(result: Any) -> str:
@@ -196,16 +197,16 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str, check: Callable[[], 
 
 def _coalesced(parts: Iterable[Part]) -> Iterator[Part]:
     """Slices that lie end to end in one spool as one: a worker's consecutive mini-batches do."""
-    current = None
-    for part in parts:
-        if current and part.path == current.path and part.offset == current.offset + current.length:
-            current = Part(current.path, current.offset, current.length + part.length)
+    path, start, end = None, 0, 0
+    for part_path, offset, length in parts:  # unpacked: once per mini-batch of the run
+        if part_path == path and offset == end:
+            end += length
             continue
-        if current:
-            yield current
-        current = part
-    if current:
-        yield current
+        if path is not None:
+            yield Part(path, start, end - start)
+        path, start, end = part_path, offset, offset + length
+    if path is not None:
+        yield Part(path, start, end - start)
 
 
 def _assemble_csv(parts: list[Part], tmp: Path, reader: _SliceReader) -> None:

@@ -62,6 +62,7 @@ class WorkerRuntime:
         self._journal: TextIO | None = None
         self._spool: Spool | None = None
         self._downloads = Downloads(prefix=f"parallel-steps-{spec.process_name}-")
+        self._pid = os.getpid()  # in every journal line: a system call each, were it asked
 
     def start(self) -> None:
         """Set up logging and the script's environment, import the script, call init(); raises on failure."""
@@ -246,7 +247,15 @@ class WorkerRuntime:
         failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
         self._opened(self._journal).write(
             journal_line(
-                mini_batch.index, attempt, items, succeeded, failed, outcome.ok, outcome.started, outcome.duration
+                mini_batch.index,
+                attempt,
+                items,
+                succeeded,
+                failed,
+                outcome.ok,
+                outcome.started,
+                outcome.duration,
+                self._pid,
             )
         )
 
