@@ -94,8 +94,15 @@ class Termination:
         done = threading.Event()
 
         def watch() -> None:
+            told = False  # that the cancel came while the workers stop, and when they are cut off
             while not done.wait(_GUARD_TICK_S):
                 until = self.deadline(SHUTDOWN_SHARE)
+                if until is not None and not told and not self.urgent:
+                    left = max(0.0, until - time.monotonic())
+                    log.info(
+                        "%s while the workers stop: they are killed in %.1f s unless they are done", self.reason, left
+                    )
+                    told = True
                 if until is not None and time.monotonic() >= until:
                     log.warning("%s: the workers did not stop within the termination grace; killing them", self.reason)
                     pool.kill_workers()
