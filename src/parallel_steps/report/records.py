@@ -13,6 +13,7 @@ import json
 import math
 import operator
 import re
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -25,6 +26,7 @@ from ..store.logs import RunLogs, WorkerLogPaths
 from ..store.runs import read_summary
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+_CHUNK = 10_000  # rows of processed_mini-batches.csv read and converted at a time
 
 
 @dataclass
@@ -49,6 +51,10 @@ class Attempts:
     @functools.cached_property
     def end(self) -> list[float]:
         return list(map(operator.add, self.start, self.duration))
+
+    def extend(self, other: Attempts) -> None:
+        for f in fields(self):
+            getattr(self, f.name).extend(getattr(other, f.name))
 
     def select(self, indices: Iterable[int]) -> Attempts:
         """The attempts at `indices`, in their order."""
@@ -164,23 +170,28 @@ def _this_invocation(events: list[dict[str, Any]], started: float | None) -> lis
 def _read_attempts(path: Path, origin: float) -> Attempts:
     """Attempts that started in this invocation (the file also holds earlier invocations' rows).
 
-    The file is read whole and converted a column at a time, in C (an object per row was most of the
-    report's time). A row that is not whole or does not convert (a driver killed mid-line cuts one) is
-    left out."""
+    The file is read `_CHUNK` rows at a time, each chunk converted a column at a time, in C (an object per
+    row was most of the report's time; all the rows' texts at once, most of a large run's driver memory). A
+    row that is not whole or does not convert (a driver killed mid-line cuts one) is left out."""
+    attempts = Attempts()
     try:
         with open(path, newline="", encoding="utf-8") as file:
-            rows = list(csv.reader(file))
+            reader = csv.reader(file)
+            column = {name: i for i, name in enumerate(next(reader, []))}
+            if "start_time" not in column:
+                return attempts  # written before attempts had a start time: no timeline
+            while chunk := list(itertools.islice(reader, _CHUNK)):
+                attempts.extend(_columns([row for row in chunk if len(row) == len(column)], column))
     except OSError:
         return Attempts()
-    column = {name: i for i, name in enumerate(rows[0] if rows else [])}
-    if "start_time" not in column:
-        return Attempts()  # written before attempts had a start time: no timeline
-    rows = [row for row in rows[1:] if len(row) == len(column)]
-    try:
-        attempts = _converted(rows, column)
-    except ValueError:  # a malformed number: find its rows, one by one (rare)
-        attempts = _converted([row for row in rows if _well_formed(row, column)], column)
     return _since(attempts, origin)
+
+
+def _columns(rows: list[list[str]], column: dict[str, int]) -> Attempts:
+    try:
+        return _converted(rows, column)
+    except ValueError:  # a malformed number: find its rows, one by one (rare)
+        return _converted([row for row in rows if _well_formed(row, column)], column)
 
 
 def _converted(rows: list[list[str]], column: dict[str, int]) -> Attempts:
@@ -193,10 +204,10 @@ def _converted(rows: list[list[str]], column: dict[str, int]) -> Attempts:
     return Attempts(
         mini_batch=list(map(int, texts("mini_batch_id"))),
         attempt=list(map(int, texts("attempt"))),
-        worker=[f"{node}/{process}" for node, process in zip(texts("node_id"), texts("process_name"))],
+        worker=list(map(sys.intern, map("/".join, zip(texts("node_id"), texts("process_name"))))),
         items=_counts(list(texts("items"))),
         items_succeeded=_counts(list(texts("items_succeeded"))),
-        outcome=list(texts("outcome")),
+        outcome=list(map(sys.intern, texts("outcome"))),
         start=list(map(float, texts("start_time"))),
         duration=list(map(float, texts("duration_s"))),
         error=list(texts("error")),
