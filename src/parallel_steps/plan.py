@@ -73,12 +73,15 @@ class RunPlan:
         (inputs/incremental.py; other inputs are matched by fingerprint). Without (a fresh run), every
         mini-batch and input is new, and files are fingerprinted by the workers that read them."""
         self.counters.planning = True
-        self.ledger.clear_plan()
         self._fresh = sources is None
         if sources is None:
             planner = planner_for(self.settings, defer_files=True)
             self._planner, self._rows = planner, ((mb, None, None) for mb in planner.mini_batches())
-            return
+        else:
+            self._start_from(sources)
+        self.ledger.clear_plan()  # after the sticky planner read the earlier plan: a resume's is in this ledger
+
+    def _start_from(self, sources: ReuseSources) -> None:
         # Here, not at the top: the sticky planner's index needs numpy (0.1 s to import), which a fresh
         # run never pays for.
         from .inputs.incremental import IncrementalPlanner, is_incremental

@@ -444,7 +444,8 @@ def test_mini_batch_error_threshold(drive):
 @pytest.mark.parametrize("streamed", [True, False])
 def test_allowed_failed_percent_is_judged_once_the_plan_is_complete(drive, streamed):
     """3 of 10 fail (30% > 20%). While the plan streams in, the first failure would be 100% of what is
-    planned: the run goes on, and fails at the end. With the whole plan known, it fails as soon as 3 failed."""
+    planned: the failures are judged against the whole plan, once it is written (the driver writes it ahead
+    in time it would wait, so here before the run ends). With the whole plan known, it fails as soon as 3 failed."""
     plan = mini_batches(10)
     result = drive(
         plan,
@@ -456,8 +457,9 @@ def test_allowed_failed_percent_is_judged_once_the_plan_is_complete(drive, strea
     )
 
     assert result.status == "Failed"
-    assert result.reason.startswith("allowed_failed_percent 20 exceeded: 3 of 10 mini-batches failed")
-    assert result.counters.done == (10 if streamed else 3)
+    assert result.reason.startswith("allowed_failed_percent 20 exceeded: 3 of 10 mini-batches failed")  # the whole plan
+    if not streamed:
+        assert result.counters.done == 3
 
 
 def test_allowed_failed_percent_within_the_limit_succeeds(drive):

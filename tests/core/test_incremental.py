@@ -16,6 +16,7 @@ import pytest
 from parallel_steps import ParallelRunConfig, StepFailed, TabularDataset
 from parallel_steps.plan import preview
 from parallel_steps.step import run_step
+from parallel_steps.store.ledger import Ledger
 
 from .conftest import CLI, cli, output_lines
 
@@ -202,6 +203,9 @@ def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once
         time.sleep(0.05)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
+    killed = Ledger.open_readonly(Path("rerun", "ledger.sqlite"))
+    assert killed is not None and killed.plan_complete()  # written ahead of the workers: the resume keeps this plan
+    killed.close()
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr
     summary = json.loads(finished.stdout)

@@ -46,6 +46,7 @@ from .termination import Termination
 _TICK_S = 0.5  # the longest the loop waits without looking at the clock and the cancel flag
 _COMMIT_WAIT_S = 0.1  # the longest the loop waits holding uncommitted results
 _RUN = 32  # consecutive mini-batches a worker is given at a time, past the first two it holds
+_AHEAD = 1000  # mini-batches to run the plan is written ahead of the workers' demand, in time the loop would wait
 
 
 class Driver:
@@ -81,7 +82,8 @@ class Driver:
         self.health = JobHealth(policy, counters, self.errors, settings.node_count, settings.process_count_per_node)
         self.outcomes = Outcomes(ledger, counters, self.retries, self.errors, self.health, report)
         self._pending = pending
-        self._write_plan = write_plan
+        self._write_plan = write_plan  # None once the plan is complete
+        self._planned: collections.deque[MiniBatch] = collections.deque()  # written, after `pending`
         # Files named by URLs: a worker holds two mini-batches behind the one that runs, so that the next one's
         # files are always being fetched while run() works (worker/downloads.py).
         self._prefetch = policy.prefetch
@@ -108,7 +110,8 @@ class Driver:
                 self.canceled.check(in_flight=any(self._queued.values()))
                 if not self.canceled.draining:
                     self._dispatch()
-                for event in self.pool.next_events(_COMMIT_WAIT_S if self.outcomes.dirty else _TICK_S):
+                wait = 0 if self._plan_ahead() else _COMMIT_WAIT_S if self.outcomes.dirty else _TICK_S
+                for event in self.pool.next_events(wait):
                     self._handle(event)
                 self.outcomes.commit(force=False)
                 self.health.check()
@@ -131,13 +134,32 @@ class Driver:
     def _peek_pending(self) -> bool:
         if self._lookahead is None and not self._pending_done:
             self._lookahead = next(self._pending, None)
-            if self._lookahead is None and self._write_plan is not None:
-                self._pending = iter(self._write_plan())  # the plan's next chunk, now in the ledger
-                self._lookahead = next(self._pending, None)
+            if self._lookahead is None and not self._planned:
+                self._write_chunk()
+            if self._lookahead is None and self._planned:
+                self._lookahead = self._planned.popleft()
             self._pending_done = self._lookahead is None
             if self._pending_done:
                 self.health.check_thresholds()  # the plan is complete: allowed_failed_percent can be judged
         return self._lookahead is not None
+
+    def _plan_ahead(self) -> bool:
+        """Write the plan's next chunk now, in time the loop would wait, while fewer than `_AHEAD` of its
+        mini-batches wait to run: the plan is written while the workers start and while they work through
+        their queues, rather than only when they need more (a rerun plans many mini-batches it reuses for
+        each one it runs). Returns whether it wrote one."""
+        if self._write_plan is None or len(self._planned) >= _AHEAD or self.canceled.draining:
+            return False
+        self._write_chunk()
+        return True
+
+    def _write_chunk(self) -> None:
+        """The plan's next chunk with mini-batches to run, written into the ledger; none once it is complete."""
+        if self._write_plan is not None:
+            chunk = self._write_plan()
+            self._planned.extend(chunk)
+            if not chunk:
+                self._write_plan = None
 
     def _next_mini_batch(self) -> tuple[MiniBatch, int] | None:
         if self._retry:
