@@ -204,7 +204,8 @@ def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
     killed = Ledger.open_readonly(Path("rerun", "ledger.sqlite"))
-    assert killed is not None and killed.plan_complete()  # written ahead of the workers: the resume keeps this plan
+    assert killed is not None
+    assert killed.plan_complete()  # written ahead of the workers: the resume keeps this plan
     killed.close()
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr
