@@ -24,8 +24,9 @@ from parallel_steps import ParallelRunConfig, StepFailed
 from parallel_steps.driver.faults import signature
 from parallel_steps.report import key_figures, mask_config, write_report
 from parallel_steps.report.data import page_data as report_data
-from parallel_steps.report.records import Attempts, RunRecords
+from parallel_steps.report.records import RunRecords
 from parallel_steps.step import run_step
+from parallel_steps.store.attempts import Attempts
 from parallel_steps.store.ledger import Ledger
 from parallel_steps.store.logs import RunLogs
 
@@ -315,7 +316,9 @@ def test_report_command_writes_the_page_and_a_chrome_trace(faulty, tmp_path):
     trace = json.loads((tmp_path / "trace.json").read_text())
     events = trace["traceEvents"]
     tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert sorted(tracks.values()) == page_data((tmp_path / "page.html").read_text())["timeline"]["workers"]
+    rebuilt = page_data((tmp_path / "page.html").read_text())
+    assert rebuilt == page_data(Path(summary["report"]).read_text()), "the run's own page, from its driver's records"
+    assert sorted(tracks.values()) == rebuilt["timeline"]["workers"]
     complete = [e for e in events if e["ph"] == "X"]
     assert collections.Counter(tracks[e["pid"], e["tid"]] for e in complete) == ledger(summary["run_dir"])["per_worker"]
     assert all(e["dur"] >= 0 and e["ts"] >= 0 and e["name"].startswith("mini-batch ") for e in complete)

@@ -2,11 +2,15 @@
 invocation's, whole rows only, in start order) and the series whose order and sums the columns must keep
 (the slowest mini-batches, the throughput bins)."""
 
+import csv
+
 import pytest
 
+from parallel_steps.protocol import WorkerInfo
 from parallel_steps.report.data import page_data
-from parallel_steps.report.records import Attempts, RunRecords, read_run
-from parallel_steps.store.logs import RunLogs
+from parallel_steps.report.records import RunRecords, read_run
+from parallel_steps.store.attempts import Attempts
+from parallel_steps.store.logs import PROCESSED_COLUMNS, RunLogs
 
 ORIGIN = 1_800_000_000.25  # when this invocation's driver started
 
@@ -33,13 +37,12 @@ def attempt_row(mini_batch, attempt, start_s, duration, outcome="succeeded", ite
 
 
 def run_folder(tmp_path, rows, tail=""):
-    """A run folder whose driver started at ORIGIN and recorded `rows`, then `tail` (a cut line)."""
+    """A run folder whose driver started at ORIGIN and wrote `rows`, then `tail` (a cut line)."""
     logs = RunLogs(tmp_path)
     logs.record_event({"type": "job_started", "time": ORIGIN})
-    for row in rows:
-        logs.record_attempt(row)
     logs.close()
-    with open(logs.processed, "a", newline="", encoding="utf-8") as file:
+    with open(logs.processed, "w", newline="", encoding="utf-8") as file:
+        csv.writer(file).writerows([PROCESSED_COLUMNS, *rows])
         file.write(tail)
     return tmp_path
 
@@ -84,6 +87,19 @@ def test_this_invocations_whole_rows_are_read_in_start_order(tmp_path):
         error=['ValueError: a, "b"\nand more', "", ""],
     )
     assert attempts.end == [0.625, 0.75, 1.25]
+
+
+def test_the_drivers_own_attempts_are_those_the_file_reads_back(tmp_path):
+    logs = RunLogs(tmp_path)
+    logs.record_event({"type": "job_started", "time": ORIGIN})
+    worker = WorkerInfo("node0/process001", 0, "node0", "process001", 1, pid=4242)
+    logs.record_attempt(3, 1, worker, 10, 0, 10, "timed_out", ORIGIN + 0.5004, 60.0006, "TimeoutError: 60 s")
+    logs.record_attempt(2, 1, worker, None, None, None, "crashed", ORIGIN - 1, 2.0, "worker exited")  # earlier
+    logs.record_attempt(3, 2, worker, 10, 10, 0, "succeeded", ORIGIN + 0.0996, 0.1234)
+    logs.close()
+    from_file = read_run(tmp_path, {"run_id": "r"}).attempts
+    assert read_run(tmp_path, {"run_id": "r"}, logs.attempts).attempts == from_file
+    assert (from_file.mini_batch, from_file.start, from_file.duration) == ([3, 3], [0.1, 0.5], [0.123, 60.001])
 
 
 def test_a_folder_without_attempts_reads_as_none(tmp_path):

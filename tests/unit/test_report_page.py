@@ -6,8 +6,9 @@ import json
 import re
 
 from parallel_steps.report.data import page_data
-from parallel_steps.report.records import Attempts, RunRecords
+from parallel_steps.report.records import RunRecords
 from parallel_steps.report.render import render_html
+from parallel_steps.store.attempts import Attempts
 from parallel_steps.store.logs import RunLogs
 
 PAYLOAD = "<img src=x onerror=alert(1)> & 'quoted' \"twice\""

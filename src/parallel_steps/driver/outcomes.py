@@ -11,7 +11,7 @@ from ..error_text import error_line
 from ..inputs.minibatch import MiniBatch
 from ..protocol import LossReason, Outcome, WorkerInfo
 from ..store.ledger import Ledger
-from ..store.logs import RunLogs, timestamp
+from ..store.logs import RunLogs
 from ..summary import RESUMED_COUNTS, Counters
 from .faults import ErrorGroups, RetryPolicy
 from .health import JobHealth
@@ -138,20 +138,16 @@ class Outcomes:
         duration: float,
         error: str = "",
     ) -> None:
-        row = [
+        self.logs.record_attempt(
             current.mini_batch.index,
             current.attempt,
-            worker.node_id,
-            worker.process_name,
-            worker.pid,
+            worker,
             items,
             succeeded,
             failed,
             outcome,
-            timestamp(current.started),
-            f"{duration:.3f}",
+            current.started,
+            duration,
             error,
-            f"{current.started:.3f}",
-        ]
-        self.logs.record_attempt(row)
+        )
         self._dirty = True

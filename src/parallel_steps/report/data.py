@@ -16,8 +16,9 @@ import operator
 from typing import Any, NamedTuple
 
 from ..error_text import signature
+from ..store.attempts import Attempts
 from ..store.logs import failure_section
-from .records import Attempts, RunRecords, mask_config, natural, read_samples, unix
+from .records import RunRecords, mask_config, natural, read_samples, unix
 
 MAX_BARS = 20_000  # timeline bars drawn one per attempt up to this; past it, neighbours are merged
 SLOWEST = 20
@@ -252,13 +253,16 @@ def _finished(records: RunRecords, end_bins: list[int], bins: int) -> tuple[list
 def _busy(attempts: Attempts, end_bins: list[int], width: float, bins: int) -> list[float]:
     """Seconds of run() per bin: each attempt's share of each bin it spans, added in start order."""
     busy = [0.0] * bins
-    first_bins = map(int, map(operator.truediv, attempts.start, itertools.repeat(width)))
-    for first, last, start, end in zip(first_bins, end_bins, attempts.start, attempts.end):
-        if first == last:  # most attempts: spares a loop
-            busy[first] += min(end, (first + 1) * width) - max(start, first * width)
-        else:
-            for b in range(first, last + 1):
-                busy[b] += min(end, (b + 1) * width) - max(start, b * width)
+    first_bins = list(map(int, map(operator.truediv, attempts.start, itertools.repeat(width))))
+    within = list(map(operator.eq, first_bins, end_bins))  # most attempts: all their time in one bin
+    for b, duration in zip(itertools.compress(first_bins, within), itertools.compress(attempts.duration, within)):
+        busy[b] += duration
+    across = list(map(operator.not_, within))
+    for first, last, start, end in zip(
+        *(itertools.compress(column, across) for column in (first_bins, end_bins, attempts.start, attempts.end))
+    ):
+        for b in range(first, last + 1):
+            busy[b] += min(end, (b + 1) * width) - max(start, b * width)
     return busy
 
 
@@ -283,11 +287,14 @@ def _durations(attempts: Attempts) -> dict[str, Any] | None:
 def _slowest(records: RunRecords) -> list[dict[str, Any]]:
     """The slowest mini-batches (their longest attempt), with their inputs and worker."""
     a = records.attempts
-    longest: dict[int, int] = {}  # mini-batch: the index of its longest attempt (the first of equals)
-    for i, (mini_batch, duration) in enumerate(zip(a.mini_batch, a.duration)):
-        if mini_batch not in longest or duration > a.duration[longest[mini_batch]]:
-            longest[mini_batch] = i
-    top = sorted(longest.values(), key=a.duration.__getitem__, reverse=True)[:SLOWEST]  # equals keep their order
+    top: list[int] = []  # the index of each one's longest attempt (the first of equals), longest first
+    shown: set[int] = set()
+    for i in sorted(range(len(a)), key=a.duration.__getitem__, reverse=True):  # equals keep their order
+        if a.mini_batch[i] not in shown:
+            shown.add(a.mini_batch[i])
+            top.append(i)
+            if len(top) == SLOWEST:
+                break
     sources = {row["idx"]: row["source"] for row in records.ledger_rows(a.mini_batch[i] for i in top)}
     return [
         dict(

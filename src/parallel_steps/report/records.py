@@ -7,7 +7,6 @@ invocation started (its `job_started` event).
 from __future__ import annotations
 
 import csv
-import functools
 import itertools
 import json
 import math
@@ -16,50 +15,18 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..environment import mask_environment
+from ..store.attempts import Attempts
 from ..store.ledger import Ledger
 from ..store.logs import RunLogs, WorkerLogPaths
 from ..store.runs import read_summary
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 _CHUNK = 10_000  # rows of processed_mini-batches.csv read and converted at a time
-
-
-@dataclass
-class Attempts:
-    """Attempts as aligned columns (this invocation's: in start order, times in seconds since the report's
-    origin). Columns rather than an object per attempt: reading them and computing the page's series go a
-    column at a time, in C where they can, which keeps the report of a large run cheap."""
-
-    mini_batch: list[int] = field(default_factory=list)
-    attempt: list[int] = field(default_factory=list)
-    worker: list[str] = field(default_factory=list)  # node/process
-    items: list[int | None] = field(default_factory=list)
-    items_succeeded: list[int | None] = field(default_factory=list)
-    outcome: list[str] = field(default_factory=list)
-    start: list[float] = field(default_factory=list)
-    duration: list[float] = field(default_factory=list)
-    error: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    @functools.cached_property
-    def end(self) -> list[float]:
-        return list(map(operator.add, self.start, self.duration))
-
-    def extend(self, other: Attempts) -> None:
-        for f in fields(self):
-            getattr(self, f.name).extend(getattr(other, f.name))
-
-    def select(self, indices: Iterable[int]) -> Attempts:
-        """The attempts at `indices`, in their order."""
-        indices = list(indices)
-        return Attempts(*(list(map(getattr(self, f.name).__getitem__, indices)) for f in fields(self)))
 
 
 @dataclass
@@ -126,8 +93,11 @@ def mask_config(config: dict[str, Any]) -> dict[str, Any]:
 # Reading ------------------------------------------------------------------------------------------
 
 
-def read_run(run_dir: str | Path, summary: Mapping[str, Any] | None = None) -> RunRecords:
-    """The records of the run in `run_dir` (its latest invocation); `summary` defaults to run.json."""
+def read_run(
+    run_dir: str | Path, summary: Mapping[str, Any] | None = None, attempts: Attempts | None = None
+) -> RunRecords:
+    """The records of the run in `run_dir` (its latest invocation); `summary` defaults to run.json, and
+    `attempts` (those its driver recorded, when it is the caller) to processed_mini-batches.csv's."""
     run_dir = Path(run_dir)
     summary = summary or read_summary(run_dir) or {}
     logs = RunLogs(run_dir, create=False)
@@ -136,7 +106,10 @@ def read_run(run_dir: str | Path, summary: Mapping[str, Any] | None = None) -> R
     origin = next((e["time"] for e in events if e["type"] == "job_started"), started or 0.0)
     for event in events:
         event["t"] = round(event["time"] - origin, 3)
-    attempts = _read_attempts(logs.processed, origin) if events or not started else Attempts()
+    if attempts is not None:
+        attempts = _since(attempts.rounded(), origin)
+    else:
+        attempts = _read_attempts(logs.processed, origin) if events or not started else Attempts()
     return RunRecords(run_dir, logs, summary, origin, attempts, events)
 
 

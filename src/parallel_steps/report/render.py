@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..store.attempts import Attempts
 from ..store.space import out_of_space
 from ..version import __version__
 from .data import MAX_BARS, error_groups, page_data
@@ -37,6 +38,7 @@ def write_report(
     summary: Mapping[str, Any] | None = None,
     output: str | Path | None = None,
     max_bars: int = MAX_BARS,
+    attempts: Attempts | None = None,
 ) -> Path:
     """Write the run's report page (default `logs/report.html`); returns its path.
 
@@ -45,18 +47,21 @@ def write_report(
         summary: the run summary (default: the folder's run.json).
         output: the page's path.
         max_bars: timeline bars drawn one per attempt; past it, neighbouring attempts are merged.
+        attempts: the attempts of the run's latest invocation, when the caller holds them (its driver):
+            spares reading them back from processed_mini-batches.csv.
     """
-    records = read_run(run_dir, summary)
+    records = read_run(run_dir, summary, attempts)
     target = Path(output) if output else default_path(run_dir)
     _write(target, render_html(page_data(records, max_bars)))
     return target
 
 
-def write_run_report(run_dir: Path, summary: Mapping[str, Any], log: logging.Logger) -> str | None:
-    """The report written at the end of a run: one that cannot be written is logged, never fails the run;
-    a full disk is raised (it fails the run, as for the run's other records: store/space.py)."""
+def write_run_report(run_dir: Path, summary: Mapping[str, Any], attempts: Attempts, log: logging.Logger) -> str | None:
+    """The report written at the end of a run, from the attempts its driver recorded: one that cannot be
+    written is logged, never fails the run; a full disk is raised (it fails the run, as for the run's other
+    records: store/space.py)."""
     try:
-        path = write_report(run_dir, summary)
+        path = write_report(run_dir, summary, attempts=attempts)
     except Exception as exc:
         if out_of_space(exc):
             raise

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..masking import URL_MASKING
+from ..protocol import WorkerInfo
 from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
+from .attempts import Attempts
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
@@ -63,6 +65,7 @@ class RunLogs:
                 folder.mkdir(parents=True, exist_ok=True)
         self._processed_file: Any = None
         self._processed_writer: Any = None
+        self.attempts = Attempts()  # this invocation's, as written to `processed` (for its report)
         self._events_file: Any = None
         self._master_handler: logging.Handler | None = None
 
@@ -118,15 +121,44 @@ class RunLogs:
         logger.addHandler(self._master_handler)
         return logger
 
-    def record_attempt(self, row: list[Any]) -> None:
-        """One row of processed_mini-batches.csv, values in PROCESSED_COLUMNS order (buffered)."""
+    def record_attempt(
+        self,
+        mini_batch: int,
+        attempt: int,
+        worker: WorkerInfo,
+        items: int | None,
+        succeeded: int | None,
+        failed: int | None,
+        outcome: str,
+        started: float,
+        duration: float,
+        error: str = "",
+    ) -> None:
+        """One row of processed_mini-batches.csv (buffered), and the same attempt in `attempts`."""
         if self._processed_writer is None:
             new = not self.processed.exists()
             self._processed_file = open(self.processed, "a", newline="", encoding="utf-8")
             self._processed_writer = csv.writer(self._processed_file)
             if new:
                 self._processed_writer.writerow(PROCESSED_COLUMNS)
-        self._processed_writer.writerow(row)
+        self._processed_writer.writerow(
+            [
+                mini_batch,
+                attempt,
+                worker.node_id,
+                worker.process_name,
+                worker.pid,
+                items,
+                succeeded,
+                failed,
+                outcome,
+                timestamp(started),
+                f"{duration:.3f}",
+                error,
+                f"{started:.3f}",
+            ]
+        )
+        self.attempts.append(mini_batch, attempt, worker.id, items, succeeded, outcome, started, duration, error)
 
     def record_event(self, event: dict[str, Any]) -> None:
         """One line of events.jsonl: a job event (worker started or replaced, failures, restarts, the end)."""
