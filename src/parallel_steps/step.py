@@ -381,7 +381,7 @@ def _write_report(
     summary["report"] = None
     if config.report:
         summary["report"] = termination.bounded(
-            lambda: write_run_report(run.path, summary, run.logs.attempts, log), "the report", log
+            lambda: write_run_report(run.path, summary, run.logs.attempts.columns(), log), "the report", log
         )
     if summary.status == RunStatus.SUCCEEDED and run.output_url and config.upload_report:
         summary["report_url"] = upload_report(summary["report"], run.output_url, config.append_row_file_name, log)

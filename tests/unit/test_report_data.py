@@ -98,7 +98,7 @@ def test_the_drivers_own_attempts_are_those_the_file_reads_back(tmp_path):
     logs.record_attempt(3, 2, worker, 10, 10, 0, "succeeded", ORIGIN + 0.0996, 0.1234)
     logs.close()
     from_file = read_run(tmp_path, {"run_id": "r"}).attempts
-    assert read_run(tmp_path, {"run_id": "r"}, logs.attempts).attempts == from_file
+    assert read_run(tmp_path, {"run_id": "r"}, logs.attempts.columns()).attempts == from_file
     assert (from_file.mini_batch, from_file.start, from_file.duration) == ([3, 3], [0.1, 0.5], [0.123, 60.001])
 
 

@@ -107,7 +107,7 @@ def read_run(
     for event in events:
         event["t"] = round(event["time"] - origin, 3)
     if attempts is not None:
-        attempts = _since(attempts.rounded(), origin)
+        attempts = _since(attempts, origin)
     else:
         attempts = _read_attempts(logs.processed, origin) if events or not started else Attempts()
     return RunRecords(run_dir, logs, summary, origin, attempts, events)

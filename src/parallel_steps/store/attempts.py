@@ -1,18 +1,19 @@
 """Attempts as aligned columns: what `processed_mini-batches.csv` holds, one list per column.
 
-The driver keeps this invocation's attempts so as it writes the file (`RunLogs.record_attempt`), and
-its report reads them from here rather than parsing the file back (most of a large run's report
-time). The report of a run folder made later (`parallel-steps report`) reads the same columns from
-the file (report/records.py).
+The driver keeps this invocation's attempts (`AttemptLog`) as it writes the file
+(`RunLogs.record_attempt`), and its report reads them from there rather than parsing the file back
+(most of a large run's report time). The report of a run folder made later (`parallel-steps
+report`) reads the same columns from the file (report/records.py).
 """
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -38,6 +39,32 @@ class Attempts:
     def end(self) -> list[float]:
         return list(map(operator.add, self.start, self.duration))
 
+    def extend(self, other: Attempts) -> None:
+        for f in fields(self):
+            getattr(self, f.name).extend(getattr(other, f.name))
+
+    def select(self, indices: Iterable[int]) -> Attempts:
+        """The attempts at `indices`, in their order."""
+        indices = list(indices)
+        return Attempts(*(list(map(getattr(self, f.name).__getitem__, indices)) for f in fields(self)))
+
+
+class AttemptLog:
+    """The attempts of this invocation as its driver records them: the numbers in arrays, 8 bytes each
+    (a run of a million files holds 100,000 attempts until its report)."""
+
+    def __init__(self) -> None:
+        self._mini_batch, self._attempt = array.array("q"), array.array("q")
+        self._start, self._duration = array.array("d"), array.array("d")
+        self._worker: list[str] = []
+        self._items: list[int | None] = []
+        self._items_succeeded: list[int | None] = []
+        self._outcome: list[str] = []
+        self._error: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._start)
+
     def append(
         self,
         mini_batch: int,
@@ -50,32 +77,27 @@ class Attempts:
         duration: float,
         error: str,
     ) -> None:
-        """One attempt, as the driver knows it (the file has its times to the millisecond: `rounded`)."""
-        self.mini_batch.append(mini_batch)
-        self.attempt.append(attempt)
-        self.worker.append(worker)
-        self.items.append(items)
-        self.items_succeeded.append(items_succeeded)
-        self.outcome.append(outcome)
-        self.start.append(start)
-        self.duration.append(duration)
-        self.error.append(error)
+        self._mini_batch.append(mini_batch)
+        self._attempt.append(attempt)
+        self._worker.append(worker)
+        self._items.append(items)
+        self._items_succeeded.append(items_succeeded)
+        self._outcome.append(outcome)
+        self._start.append(start)
+        self._duration.append(duration)
+        self._error.append(error)
 
-    def rounded(self) -> Attempts:
-        """The attempts as the file reads back: times to the millisecond, outcomes as plain text."""
+    def columns(self) -> Attempts:
+        """The attempts as the file reads them back: times to the millisecond, outcomes as plain text."""
         ms = itertools.repeat(3)
-        return replace(
-            self,
-            outcome=list(map(str, self.outcome)),  # a LossReason is written as its value
-            start=list(map(round, self.start, ms)),
-            duration=list(map(round, self.duration, ms)),
+        return Attempts(
+            mini_batch=self._mini_batch.tolist(),
+            attempt=self._attempt.tolist(),
+            worker=list(self._worker),
+            items=list(self._items),
+            items_succeeded=list(self._items_succeeded),
+            outcome=list(map(str, self._outcome)),  # a LossReason is written as its value
+            start=list(map(round, self._start, ms)),
+            duration=list(map(round, self._duration, ms)),
+            error=list(self._error),
         )
-
-    def extend(self, other: Attempts) -> None:
-        for f in fields(self):
-            getattr(self, f.name).extend(getattr(other, f.name))
-
-    def select(self, indices: Iterable[int]) -> Attempts:
-        """The attempts at `indices`, in their order."""
-        indices = list(indices)
-        return Attempts(*(list(map(getattr(self, f.name).__getitem__, indices)) for f in fields(self)))

@@ -23,7 +23,7 @@ from typing import Any
 from ..masking import URL_MASKING
 from ..protocol import WorkerInfo
 from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
-from .attempts import Attempts
+from .attempts import AttemptLog
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
@@ -65,7 +65,7 @@ class RunLogs:
                 folder.mkdir(parents=True, exist_ok=True)
         self._processed_file: Any = None
         self._processed_writer: Any = None
-        self.attempts = Attempts()  # this invocation's, as written to `processed` (for its report)
+        self.attempts = AttemptLog()  # this invocation's, as written to `processed` (for its report)
         self._events_file: Any = None
         self._master_handler: logging.Handler | None = None
 
