@@ -62,9 +62,6 @@ class AttemptLog:
         self._outcome: list[str] = []
         self._error: list[str] = []
 
-    def __len__(self) -> int:
-        return len(self._start)
-
     def append(
         self,
         mini_batch: int,
