@@ -220,6 +220,42 @@ def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once
     assert not ran & set(scored)  # ... and none of the 200 earlier ones
 
 
+def test_a_rerun_killed_while_planning_resumes_from_the_earlier_runs_whole_plan(tmp_path, write_script):
+    """More new mini-batches than the driver plans ahead of its workers (1,000): a driver killed early has
+    written only part of its plan. The resume plans against the earlier run's whole plan, not that part
+    (against which it would count nothing new), takes what the killed driver finished by fingerprint and
+    runs no earlier mini-batch again."""
+    write_script(SCORE)
+    earlier = add_files(tmp_path / "data", 400, random.Random(6))
+    assert run_step(config(mini_batch_size=2))["mini_batches_new"] == 200
+    new = add_files(tmp_path / "data", 2200, random.Random(7))
+    reset_calls(tmp_path)
+    command = [*CLI, "run", "--entry-script", "score.py", "--input", "data", "--mini-batch-size", "2"]
+    command += ["--process-count-per-node", "2", "--output", "out", "--run-dir", "rerun", "--json"]
+    slow = {**os.environ, "SLEEP": "0.2"}
+    driver = subprocess.Popen(command, env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(calls(tmp_path)) < 4:
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    killed = Ledger.open_readonly(Path("rerun", "ledger.sqlite"))
+    assert killed is not None
+    assert not killed.plan_complete()
+    killed.close()
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    summary = json.loads(finished.stdout)
+    rows = output_lines(summary)
+    assert sorted(rows) == sorted(earlier + new)
+    assert len(rows) == len(set(rows))
+    assert summary["mini_batches_reused"] == 200
+    assert (summary["mini_batches_new"], summary["inputs_new"]) == (1100, 2200)  # against the earlier run
+    assert not set(calls(tmp_path)) & set(earlier)
+
+
 class TestTables:
     def test_a_table_that_gains_a_file_runs_only_the_new_file(self, tmp_path, write_script):
         write_script("def run(frame):\n    return frame\n")
