@@ -1,7 +1,5 @@
 """`python -m parallel_steps.cli`, the same as `parallel-steps`."""
 
-import sys
+from . import console
 
-from . import main
-
-sys.exit(main())
+console()
