@@ -175,9 +175,9 @@ def test_plan_diff_tells_what_would_run_and_why_without_running(tmp_path, scored
     assert json.loads(code.stdout)["to_run"] == 4
 
 
-def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once(tmp_path, scored):
-    new = add_files(tmp_path / "data", 300, random.Random(4))
-    command = [
+def rerun_command(mini_batch_size: int) -> list[str]:
+    """`parallel-steps run` of the step in `config()` into the run folder `rerun`, its summary as JSON."""
+    return [
         *CLI,
         "run",
         "--entry-script",
@@ -185,7 +185,7 @@ def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once
         "--input",
         "data",
         "--mini-batch-size",
-        "10",
+        str(mini_batch_size),
         "--process-count-per-node",
         "2",
         "--output",
@@ -194,10 +194,14 @@ def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once
         "rerun",
         "--json",
     ]
-    env = {**os.environ, "SLEEP": "0.05"}
+
+
+def killed_after(command: list[str], env: dict, tmp_path: Path, count: int) -> bool:
+    """Start `command`, SIGKILL its driver and workers once run() has been called `count` times; returns
+    whether the killed driver's plan was complete."""
     driver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
-    while len(calls(tmp_path)) < 8:  # some of the 30 new mini-batches ran
+    while len(calls(tmp_path)) < count:
         assert driver.poll() is None, driver.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -205,11 +209,25 @@ def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once
     driver.wait()
     killed = Ledger.open_readonly(Path("rerun", "ledger.sqlite"))
     assert killed is not None
-    assert killed.plan_complete()  # written ahead of the workers: the resume keeps this plan
-    killed.close()
+    try:
+        return killed.plan_complete()
+    finally:
+        killed.close()
+
+
+def resumed(command: list[str], env: dict | None = None) -> dict:
+    """The summary of `command` run again to its end."""
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr
-    summary = json.loads(finished.stdout)
+    return json.loads(finished.stdout)
+
+
+def test_a_driver_killed_during_an_incremental_rerun_resumes_with_every_row_once(tmp_path, scored):
+    new = add_files(tmp_path / "data", 300, random.Random(4))
+    command, env = rerun_command(10), {**os.environ, "SLEEP": "0.05"}
+    # Some of the 30 new mini-batches ran; the plan was written ahead of the workers: the resume keeps it.
+    assert killed_after(command, env, tmp_path, 8)
+    summary = resumed(command, env)
     rows = output_lines(summary)
     assert sorted(rows) == sorted(scored + new)
     assert len(rows) == len(set(rows))
@@ -230,24 +248,9 @@ def test_a_rerun_killed_while_planning_resumes_from_the_earlier_runs_whole_plan(
     assert run_step(config(mini_batch_size=2))["mini_batches_new"] == 200
     new = add_files(tmp_path / "data", 2200, random.Random(7))
     reset_calls(tmp_path)
-    command = [*CLI, "run", "--entry-script", "score.py", "--input", "data", "--mini-batch-size", "2"]
-    command += ["--process-count-per-node", "2", "--output", "out", "--run-dir", "rerun", "--json"]
-    slow = {**os.environ, "SLEEP": "0.2"}
-    driver = subprocess.Popen(command, env=slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while len(calls(tmp_path)) < 4:
-        assert driver.poll() is None, driver.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    os.killpg(driver.pid, signal.SIGKILL)
-    driver.wait()
-    killed = Ledger.open_readonly(Path("rerun", "ledger.sqlite"))
-    assert killed is not None
-    assert not killed.plan_complete()
-    killed.close()
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 0, finished.stderr
-    summary = json.loads(finished.stdout)
+    command = rerun_command(2)
+    assert not killed_after(command, {**os.environ, "SLEEP": "0.2"}, tmp_path, 4)
+    summary = resumed(command)
     rows = output_lines(summary)
     assert sorted(rows) == sorted(earlier + new)
     assert len(rows) == len(set(rows))
