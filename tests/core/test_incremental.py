@@ -301,3 +301,23 @@ def test_a_failed_rerun_keeps_the_plan_for_the_next_one(tmp_path, scored, monkey
     assert summary["mini_batches_reused"] == 200
     assert len(calls(tmp_path)) == 2
     assert sorted(output_lines(summary)) == sorted(scored + new)
+
+
+def test_a_rerun_of_more_files_than_one_listing_run_finds_each_change(tmp_path, write_script):
+    """25,000 files are listed in three runs of up to 10,000; the driver stats the first and a helper process
+    the others while it plans: a file changed in the last run and one deleted in the second rerun exactly
+    their two mini-batches, and the new files run as new ones."""
+    write_script(SCORE)
+    names = sorted(add_files(tmp_path / "data", 25_000, random.Random(8)))
+    assert run_step(config(mini_batch_size=100))["mini_batches_new"] == 250
+    reset_calls(tmp_path)
+    changed, gone = names[24_321], names[12_345]
+    (tmp_path / "data" / changed).write_text(changed + " v2\n")
+    (tmp_path / "data" / gone).unlink()
+    new = add_files(tmp_path / "data", 100, random.Random(9))
+    summary = run_step(config(mini_batch_size=100))
+    assert (summary["inputs_changed"], summary["inputs_deleted"], summary["inputs_new"]) == (1, 1, 100)
+    assert summary["mini_batches_reused"] == 248
+    assert len(calls(tmp_path)) == summary["mini_batches_run"] == summary["mini_batches_new"]
+    rows = output_lines(summary)
+    assert sorted(rows) == sorted({*names, *new} - {gone, changed} | {f"{changed} v2"})

@@ -22,19 +22,19 @@ from __future__ import annotations
 
 import array
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeGuard
 
 import numpy as np
 
 from ..masking import mask_urls
-from . import storage
 from .datasets import Dataset, FileDataset
 from .fingerprints import file_tokens, fingerprint_of
 from .members import EarlierBatch, check_values, decode_checks, decode_members
 from .minibatch import MiniBatch
 from .planner import iter_listed_runs
+from .stat_ahead import stats_ahead
 from .storage import Stat
 
 _EXAMPLES = 5  # dropped mini-batches described in the diff
@@ -105,8 +105,7 @@ class IncrementalPlanner:
     def mini_batches(self) -> Iterator[Planned]:
         open_, decided, sizes = self._open, self._decided, self._earlier.sizes
         for dataset in self.datasets:
-            for run, listed in iter_listed_runs(dataset.path):  # a URL's stats come from its listing
-                stats: Sequence[Stat] = listed or storage.local_stats(run)
+            for run, stats in stats_ahead(iter_listed_runs(dataset.path)):
                 for path, stat, owner in zip(run, stats, self._earlier.owners(run)):  # per file: inlined
                     if owner < 0 or owner in decided:
                         self.diff.inputs_new += 1

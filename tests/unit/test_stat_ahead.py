@@ -1,0 +1,87 @@
+"""A rerun's listing statted a run ahead in a helper process (inputs/stat_ahead.py): the same stats as
+`os.stat`, errors that name the file, the listing's own stats for URLs, and no helper left behind."""
+
+import os
+
+import psutil
+import pytest
+
+from parallel_steps import InputError
+from parallel_steps.inputs import stat_ahead
+from parallel_steps.inputs.stat_ahead import stats_ahead
+from parallel_steps.inputs.storage import RemoteStat
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Three local runs of files of different sizes."""
+    listing = []
+    for run in range(3):
+        paths = []
+        for i in range(5):
+            path = tmp_path / f"{run}-{i}.txt"
+            path.write_bytes(b"x" * (10 * run + i))
+            paths.append(str(path))
+        listing.append((paths, None))
+    return listing
+
+
+def helpers() -> list[psutil.Process]:
+    return [child for child in psutil.Process().children() if "-S" in child.cmdline()]
+
+
+def test_every_local_file_has_its_size_and_mtime_as_os_stat_gives_them(runs):
+    given = list(stats_ahead(runs))
+    assert [run for run, _ in given] == [paths for paths, _ in runs]
+    for paths, stats in given:
+        assert [(s.st_size, s.st_mtime_ns) for s in stats] == [
+            (os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths
+        ]
+
+
+def test_the_runs_after_the_first_are_statted_by_a_helper_that_ends_with_the_listing(runs):
+    given = stats_ahead(runs)
+    next(given)
+    assert len(helpers()) == 1  # statting the second run while the caller works on the first
+    assert list(given)
+    assert helpers() == []
+
+
+def test_a_listing_given_up_early_ends_its_helper(runs):
+    given = stats_ahead(runs)
+    next(given)
+    given.close()
+    assert helpers() == []
+
+
+def test_a_file_gone_before_the_helper_stats_it_is_named_in_the_error(runs):
+    gone = runs[2][0][3]
+    os.unlink(gone)
+    with pytest.raises(InputError, match="cannot read") as error:
+        list(stats_ahead(runs))
+    assert gone in str(error.value)
+    assert helpers() == []
+
+
+def test_a_listings_own_stats_are_given_as_they_are(runs):
+    listed = [RemoteStat(7, "etag-1"), RemoteStat(8, "etag-2")]
+    given = list(stats_ahead([runs[0], (["s3://b/k1", "s3://b/k2"], listed), runs[1]]))
+    assert given[1] == (["s3://b/k1", "s3://b/k2"], listed)
+    assert [s.st_size for s in given[2][1]] == [10, 11, 12, 13, 14]
+
+
+def test_with_one_cpu_the_driver_stats_every_run_itself(runs, monkeypatch):
+    monkeypatch.setattr(stat_ahead, "cpu_count", lambda: 1)
+    given = stats_ahead(runs)
+    next(given)
+    assert helpers() == []
+    assert [s.st_size for s in list(given)[-1][1]] == [20, 21, 22, 23, 24]
+
+
+def test_a_helper_that_dies_leaves_its_run_to_the_driver(runs):
+    given = stats_ahead(runs)
+    next(given)
+    (helper,) = helpers()
+    helper.kill()
+    helper.wait()
+    assert [[s.st_size for s in stats] for _, stats in given] == [[10, 11, 12, 13, 14], [20, 21, 22, 23, 24]]
