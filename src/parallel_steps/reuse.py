@@ -28,6 +28,7 @@ from .inputs.members import EarlierBatch
 from .inputs.minibatch import MiniBatch
 from .inputs.planner import iter_files
 from .inputs.storage import is_url, upload
+from .protocol import Part
 from .report.publish import upload_report
 from .store.ledger import Ledger
 from .store.logs import timestamp
@@ -168,7 +169,7 @@ class ReuseSources:
                 spool = self._spool(run_id, part.path)
                 if spool is None:
                     continue
-                part = part._replace(path=spool)
+                part = Part(spool, part.offset, part.length)  # not _replace: a rerun asks for every result
             return dict(result, part=part, run_id=result["reused_from"] or run_id)
         return None
 

@@ -15,7 +15,11 @@ import sqlite3
 import zlib
 from collections.abc import Iterator, Sequence
 
-_RUN_PATHS = 10_000  # a run is written once it holds this many paths (and at every commit)
+# A run is written once it holds this many paths (and at every commit). Reading one mini-batch's files
+# decompresses its whole run (the report describes its 20 slowest: 20 runs), while zlib's 32 KB window
+# gains nothing from longer runs: 10,000 cost the report 0.04-0.07 s more at 20,000 mini-batches, for a
+# ledger 1% smaller.
+_RUN_PATHS = 2_500
 
 MEMBERS_SCHEMA = "CREATE TABLE IF NOT EXISTS members (first INTEGER PRIMARY KEY, paths BLOB NOT NULL);"
 
