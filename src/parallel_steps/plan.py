@@ -11,7 +11,7 @@ at once (a restart, a preview).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from .checks import check_step
@@ -58,7 +58,7 @@ class RunPlan:
         self._planner: Planner | None = None  # what lists the inputs, with its notes
         self._sticky: IncrementalPlanner | None = None  # or the sticky planner, with its diff
         self._sticky_own = False  # whether the earlier plan it keeps is this run's own
-        self._rows: Iterator[PlanRow] = iter(())
+        self._rows: Generator[PlanRow, None, None] = _no_rows()
 
     def whole(self, sources: ReuseSources) -> None:
         """Write the whole plan at once (a restart, a preview), taking finished results from `sources`; the
@@ -96,6 +96,10 @@ class RunPlan:
         else:
             planner = planner_for(settings, defer_files=False)
             self._planner, self._rows = planner, ((mb, sources.find(mb), None) for mb in planner.mini_batches())
+
+    def close(self) -> None:
+        """Stop planning: what the planner holds is let go (a rerun's stat helper process ends)."""
+        self._rows.close()
 
     def write_next_chunk(self, check: bool = False) -> list[MiniBatch]:
         """Write the plan's next chunks into the ledger until one holds mini-batches to run, and count them;
@@ -150,6 +154,10 @@ class RunPlan:
         counters.mini_batches_new = diff.mini_batches_new
         counters.inputs_new, counters.inputs_changed = diff.inputs_new, diff.inputs_changed
         counters.inputs_deleted = diff.inputs_deleted
+
+
+def _no_rows() -> Generator[PlanRow, None, None]:
+    yield from ()
 
 
 def planner_for(settings: PlanSettings, defer_files: bool = False) -> Planner:

@@ -111,8 +111,7 @@ class _StepRun:
         self.checked = check_step(config, entry_callables)
         self.code = step_code_key(config, self.checked, entry_callables)
         self.run_root = config.resolved_run_root()
-        self.requested_dir = Path(run_dir).absolute() if run_dir else None
-        self.requested_id = run_id
+        self.requested_dir, self.requested_id = (Path(run_dir).absolute() if run_dir else None), run_id
         self.started_at = time.time()
         self.restarts: list[dict[str, str]] = []
         self.shutdown_cut_off: list[str] = []
@@ -162,6 +161,7 @@ class _StepRun:
                 stack.enter_context(key_lock(self.run_root, lock, self.config.first_task_creation_timeout, check))
                 sources = self._sources(index)
                 self.plan.start(sources or None)
+                stack.callback(self.plan.close)  # a rerun's stat helper ends with the plan, whatever ends it
                 # With results to take, written up to the first mini-batch to run before any worker starts.
                 first = self.plan.write_next_chunk(check=True) if sources else []
             except JobCanceled:  # waiting for another run, or planning: nothing ran; a rerun plans again

@@ -1,6 +1,7 @@
 """The planner on small files in tmp_path: deterministic order, grouping into mini-batches, partition keys,
 and the plan written into the ledger by explicit calls (plan.py)."""
 
+import psutil
 import pytest
 
 from parallel_steps import FileDataset, InputError, ParallelRunConfig, TabularDataset
@@ -163,3 +164,18 @@ def test_a_whole_plan_is_written_at_once_and_takes_results_from_its_sources(file
     plan.whole(EarlierResults({0}))
     assert ledger.counts() == {"succeeded": 1}
     assert (plan.counters.mini_batches_total, plan.counters.mini_batches_reused) == (1, 1)
+
+
+def test_a_rerun_plan_closed_before_its_end_ends_its_stat_helper(tmp_path, ledger):
+    """A rerun's plan of more than one listing run (10,000 files) has a helper process stat the next run;
+    a run that stops before its plan is complete (a failure, a cancel) closes the plan, and the helper ends."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(10_001):
+        (folder / f"{i:05}").touch()
+    plan = RunPlan(ParallelRunConfig(inputs=[str(folder)], mini_batch_size=10).plan_settings(), ledger, "run-2")
+    plan.start(EarlierResults(set()))
+    assert len(plan.write_next_chunk()) == 100  # of 1,001 mini-batches
+    assert [child.cmdline()[1:3] for child in psutil.Process().children()] == [["-I", "-S"]]
+    plan.close()
+    assert psutil.Process().children() == []

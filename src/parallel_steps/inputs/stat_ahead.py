@@ -6,11 +6,13 @@ the plan has not cut yet. Threads do not help (each call gives the GIL up and ta
 second process does. `stats_ahead` gives each run of a listing with its stats, having sent the next
 run to a helper process first: the helper stats it while the planner works on this one.
 
-The helper is `python -S -c` of a few lines, none of this package: it reads NUL-joined paths and
-answers their sizes and modification times as int64 pairs (a size of -1: it could not stat the
-file; the driver stats it again itself, so that the error names it). It exits when its input
-closes, so it ends with the driver however the driver ends. With one CPU, or a listing of one
-run, the driver stats its files itself; if the helper fails, it goes on without it.
+The helper is `python -I -S -c` of a few lines (isolated: no folder of the user's on its path), none
+of this package: it reads NUL-joined paths and answers their sizes and modification times as int64
+pairs (a size of -1: it could not stat the file; the driver stats it again itself, so that the error
+names it). It exits when its input closes, so it ends with the driver however the driver ends; a run
+that stops before its plan is complete closes the plan (`RunPlan.close`), which ends it at once. With
+one CPU, or a listing of one run, the driver stats its files itself; if the helper fails, it goes on
+without it.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class _Helper:
     def start(cls) -> _Helper | None:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-S", "-c", _HELPER],
+                [sys.executable, "-I", "-S", "-c", _HELPER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
