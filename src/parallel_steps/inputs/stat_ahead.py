@@ -21,6 +21,7 @@ import array
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, cast
 
 from ..resources import cpu_count
 from . import storage
@@ -79,6 +80,7 @@ class _Helper:
 
     def __init__(self, process: subprocess.Popen[bytes]):
         self._process = process
+        self._input, self._output = cast(IO[bytes], process.stdin), cast(IO[bytes], process.stdout)  # both piped
         self.sent = False
 
     @classmethod
@@ -97,8 +99,8 @@ class _Helper:
     def send(self, paths: list[str]) -> None:
         data = "\0".join(paths).encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
         try:
-            self._process.stdin.write(len(data).to_bytes(8, "little") + data)  # type: ignore[union-attr]
-            self._process.stdin.flush()  # type: ignore[union-attr]
+            self._input.write(len(data).to_bytes(8, "little") + data)
+            self._input.flush()
             self.sent = True
         except OSError:  # the helper is gone: the driver stats the run itself
             self.sent = False
@@ -110,7 +112,7 @@ class _Helper:
         answer = array.array("q")
         size = 16 * len(paths)
         try:
-            answer.frombytes(self._process.stdout.read(size) or b"")  # type: ignore[union-attr]
+            answer.frombytes(self._output.read(size))
         except (OSError, ValueError):
             pass
         if len(answer) * 8 != size:
@@ -122,9 +124,9 @@ class _Helper:
 
     def close(self) -> None:
         """Close its input (it exits) and reap it; a helper that does not exit at once is killed."""
-        for stream in (self._process.stdin, self._process.stdout):
+        for stream in (self._input, self._output):
             try:
-                stream.close()  # type: ignore[union-attr]
+                stream.close()
             except OSError:
                 pass
         try:
