@@ -64,8 +64,11 @@ class RunPlan:
         """Write the whole plan at once (a restart, a preview), taking finished results from `sources`; the
         pending mini-batches' descriptors are written too, for `Ledger.pending`."""
         self.start(sources)
-        while self._write_chunks(descriptors=True, check=True):
-            pass
+        try:
+            while self._write_chunks(descriptors=True, check=True):
+                pass
+        finally:
+            self.close()  # a restart's or a preview's plan that failed midway lets its planner go too
 
     def start(self, sources: ReuseSources | None = None) -> None:
         """Begin the plan, written by `write_next_chunk`: `counters.planning` until it is complete. With
