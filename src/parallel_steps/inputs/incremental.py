@@ -30,12 +30,11 @@ import numpy as np
 
 from ..masking import mask_urls
 from .datasets import Dataset, FileDataset
-from .fingerprints import file_tokens, fingerprint_of
+from .fingerprints import fingerprint_of
 from .members import EarlierBatch, check_values, decode_checks, decode_members
 from .minibatch import MiniBatch
 from .planner import iter_listed_runs
-from .stat_ahead import stats_ahead
-from .storage import Stat
+from .stat_ahead import tokens_ahead
 
 _EXAMPLES = 5  # dropped mini-batches described in the diff
 
@@ -51,6 +50,10 @@ class PlanDiff:
     inputs_changed: int = 0
     inputs_deleted: int = 0
     dropped: list[str] = field(default_factory=list)  # a few, with the reason
+
+
+#: A file as listed: its path, size and token (`fingerprints.file_token`, or its hash in mode `content`).
+_File = tuple[str, int, str]
 
 
 class Planned(NamedTuple):
@@ -97,23 +100,23 @@ class IncrementalPlanner:
         self.datasets, self.batch_size, self.mode = datasets, batch_size, mode
         self._earlier = _Earlier(earlier)
         self.diff = PlanDiff()
-        self._open: dict[int, list[tuple[str, Stat]]] = {}  # earlier index -> (path, stat) of its files seen
+        self._open: dict[int, list[_File]] = {}  # earlier index -> its files seen
         self._decided: set[int] = set()
-        self._pending: list[tuple[str, Stat]] = []  # files waiting for a new mini-batch
+        self._pending: list[_File] = []  # files waiting for a new mini-batch
         self._index = 0
 
     def mini_batches(self) -> Iterator[Planned]:
         open_, decided, sizes = self._open, self._decided, self._earlier.sizes
         for dataset in self.datasets:
-            for run, stats in stats_ahead(iter_listed_runs(dataset.path)):
-                for path, stat, owner in zip(run, stats, self._earlier.owners(run)):  # per file: inlined
+            for run, run_sizes, tokens in tokens_ahead(iter_listed_runs(dataset.path), self.mode):
+                for file, owner in zip(zip(run, run_sizes, tokens), self._earlier.owners(run)):  # per file: inlined
                     if owner < 0 or owner in decided:
                         self.diff.inputs_new += 1
-                        self._pending.append((path, stat))
+                        self._pending.append(file)
                         yield from self._flush()
                         continue
                     seen = open_.setdefault(owner, [])
-                    seen.append((path, stat))
+                    seen.append(file)
                     if len(seen) == sizes[owner]:
                         yield from self._decide(owner)
             for owner in list(open_):  # what is still open lost files (or never had all of them)
@@ -128,14 +131,14 @@ class IncrementalPlanner:
         batch, seen = self._earlier.batches[owner], self._open.pop(owner)
         self._decided.add(owner)
         members = decode_members(batch.members)
-        if [path for path, _ in seen] == members:  # the usual case: the same files, listed in the same order
+        if [path for path, _, _ in seen] == members:  # the usual case: the same files, listed in the same order
             present, strays = seen, []
         else:
             names = set(members)
-            present = [(path, stat) for path, stat in seen if path in names]
-            strays = [(path, stat) for path, stat in seen if path not in names]  # a hash collision: new files
-        paths = tuple(path for path, _ in present)
-        tokens = file_tokens(paths, [s for _, s in present], self.mode)
+            present = [file for file in seen if file[0] in names]
+            strays = [file for file in seen if file[0] not in names]  # a hash collision: new files
+        paths = tuple(path for path, _, _ in present)
+        tokens = [token for _, _, token in present]
         fingerprint = fingerprint_of(paths, tokens)
         deleted = len(members) - len(present)
         # The fingerprint covers every token in full: when it matches, no check needs a look.
@@ -162,20 +165,17 @@ class IncrementalPlanner:
     def _flush(self, final: bool = False) -> Iterator[Planned]:
         while len(self._pending) >= self.batch_size or (final and self._pending):
             group, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size :]
-            tokens = file_tokens([p for p, _ in group], [s for _, s in group], self.mode)
             self.diff.mini_batches_new += 1
-            yield self._emit(group, tokens, kept=None)
+            yield self._emit(group, [token for _, _, token in group], kept=None)
 
-    def _emit(
-        self, files: list[tuple[str, Stat]], tokens: list[str], kept: int | None, fingerprint: str | None = None
-    ) -> Planned:
-        paths = tuple(path for path, _ in files)
+    def _emit(self, files: list[_File], tokens: list[str], kept: int | None, fingerprint: str | None = None) -> Planned:
+        paths = tuple(path for path, _, _ in files)
         mini_batch = MiniBatch(
             index=self._index,
             kind="files",
             paths=paths,
             fingerprint=fingerprint or fingerprint_of(paths, tokens),
-            nbytes=sum(stat.st_size for _, stat in files),
+            nbytes=sum(size for _, size, _ in files),
             items=len(paths),
         )
         self._index += 1

@@ -33,16 +33,8 @@ class RemoteStat(NamedTuple):
     st_mtime_ns: str
 
 
-class LocalStat(NamedTuple):
-    """What a fingerprint needs of a local file statted elsewhere (inputs/stat_ahead.py): its size and
-    modification time, as `os.stat_result` names them."""
-
-    st_size: int
-    st_mtime_ns: int
-
-
 #: What `stat` gives: a local file's stat, or a remote object's size and version.
-Stat = os.stat_result | RemoteStat | LocalStat
+Stat = os.stat_result | RemoteStat
 
 
 def is_url(path: str) -> bool:
