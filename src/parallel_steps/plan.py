@@ -95,7 +95,7 @@ class RunPlan:
                 settings.inputs, settings.batch_size, settings.fingerprint, sources.earlier_plan()
             )
             self._sticky, self._sticky_own = sticky, sources.own_plan
-            self._rows = ((p.mini_batch, sources.find(p.mini_batch), p.tokens) for p in sticky.mini_batches())
+            self._rows = ((p.mini_batch, sources.find(p.mini_batch), p.checks) for p in sticky.mini_batches())
         else:
             planner = planner_for(settings, defer_files=False)
             self._planner, self._rows = planner, ((mb, sources.find(mb), None) for mb in planner.mini_batches())

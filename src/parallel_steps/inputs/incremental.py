@@ -31,7 +31,7 @@ import numpy as np
 from ..masking import mask_urls
 from .datasets import Dataset, FileDataset
 from .fingerprints import fingerprint_of
-from .members import EarlierBatch, check_values, decode_checks, decode_members
+from .members import EarlierBatch, check_values, decode_checks, decode_members, token_checks
 from .minibatch import MiniBatch
 from .planner import iter_listed_runs
 from .stat_ahead import tokens_ahead
@@ -57,11 +57,12 @@ _File = tuple[str, int, str]
 
 
 class Planned(NamedTuple):
-    """A mini-batch of the new plan, the earlier mini-batch it keeps (None: new), its files' tokens."""
+    """A mini-batch of the new plan, the earlier mini-batch it keeps (None: new), its files' checks
+    (`members.token_checks`, as the ledger keeps them)."""
 
     mini_batch: MiniBatch
     kept: int | None
-    tokens: list[str]
+    checks: bytes
 
 
 class _Earlier:
@@ -145,7 +146,8 @@ class IncrementalPlanner:
         changed = 0 if batch.fingerprint == fingerprint else _changed(batch, members, paths, tokens, deleted)
         if deleted == 0 and changed == 0:
             self.diff.mini_batches_kept += 1
-            yield self._emit(present, tokens, kept=owner, fingerprint=fingerprint)
+            # The same tokens as the earlier plan's: its checks are these files' checks.
+            yield self._emit(present, tokens, kept=owner, fingerprint=fingerprint, checks=batch.checks)
         else:
             self._drop(batch, deleted, changed)
             self._pending += present
@@ -168,7 +170,14 @@ class IncrementalPlanner:
             self.diff.mini_batches_new += 1
             yield self._emit(group, [token for _, _, token in group], kept=None)
 
-    def _emit(self, files: list[_File], tokens: list[str], kept: int | None, fingerprint: str | None = None) -> Planned:
+    def _emit(
+        self,
+        files: list[_File],
+        tokens: list[str],
+        kept: int | None,
+        fingerprint: str | None = None,
+        checks: bytes | None = None,
+    ) -> Planned:
         paths = tuple(path for path, _, _ in files)
         mini_batch = MiniBatch(
             index=self._index,
@@ -179,7 +188,7 @@ class IncrementalPlanner:
             items=len(paths),
         )
         self._index += 1
-        return Planned(mini_batch, kept, tokens)
+        return Planned(mini_batch, kept, token_checks(tokens) if checks is None else checks)
 
 
 def _changed(batch: EarlierBatch, members: list[str], paths: tuple[str, ...], tokens: list[str], deleted: int) -> int:

@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..inputs.members import EarlierBatch, token_checks
+from ..inputs.members import EarlierBatch
 from ..inputs.minibatch import MiniBatch
 from .ledger_members import MEMBERS_SCHEMA, MemberWriter
 from .ledger_queries import FAILED, PLAN_COMPLETE, SUCCEEDED, LedgerQueries, fingerprint_blob
 from .output import Part
 
-#: A planned mini-batch, the result it takes from a reuse source (or None), its files' tokens (or None).
-PlanRow = tuple[MiniBatch, "dict[str, Any] | None", "list[str] | None"]
+#: A planned mini-batch, the result it takes from a reuse source (or None), its files' checks (or None: not known
+#: yet), as `inputs.members.token_checks` gives them.
+PlanRow = tuple[MiniBatch, "dict[str, Any] | None", "bytes | None"]
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -216,13 +217,13 @@ class Ledger(LedgerQueries):
 
     def add(self, rows: Iterable[PlanRow], descriptors: bool = True) -> None:
         """Insert planned mini-batches; a reused result (part, returned, items_failed, run_id) marks it succeeded.
-        File mini-batches keep their member files (and their tokens' checks, when known) for the next plan.
+        File mini-batches keep their member files (and their files' checks, when known) for the next plan.
         Without `descriptors` (the driver holds the mini-batches already) a row costs a fraction of the time."""
         streamed, pending, reused = [], [], []
         place = self._member_writer().place
-        for mb, reuse, tokens in rows:
+        for mb, reuse, checks in rows:
             files = mb.kind == "files"
-            if files and not (descriptors or reuse or tokens or mb.fingerprint):  # a fresh plan's: 4 columns
+            if files and not (descriptors or reuse or checks or mb.fingerprint):  # a fresh plan's: 4 columns
                 streamed.append((mb.index, mb.items, mb.nbytes, place(mb.paths)))
                 continue
             plan = (
@@ -233,7 +234,7 @@ class Ledger(LedgerQueries):
                 mb.nbytes,
                 pickle.dumps(mb, protocol=pickle.HIGHEST_PROTOCOL) if descriptors and not reuse else None,
                 place(mb.paths) if files else None,
-                token_checks(tokens) if tokens else None,
+                checks,
             )
             if reuse:
                 path, offset, length = reuse["part"] or (None, None, None)
