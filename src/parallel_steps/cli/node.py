@@ -239,8 +239,10 @@ class _WorkerNode:
                 )
                 return 0
             if not node.running():
-                if misses:
+                if misses or self._head_leaving(host, port):
                     return 0  # Ray stopped because the head went away
+                if self.stopping:
+                    break
                 # e.g. the head was too busy to answer in time: join again (a rejoined node can take
                 # over the slots of a lost one)
                 print(
@@ -250,6 +252,18 @@ class _WorkerNode:
                 )
                 return None
         return 128 + signal.SIGTERM
+
+    def _head_leaving(self, host: str, port: int) -> bool:
+        """Whether the head is gone within a few probes. When a step ends, this node's Ray can stop while
+        the main node's head still answers for a moment (longer on a busy machine): that is the main node
+        being done, not a reason to join again."""
+        for _ in range(_HEAD_GONE_PROBES):
+            time.sleep(PROBE_EVERY_S)
+            if self.stopping:
+                return False
+            if not reachable(host, port):
+                return True
+        return False
 
     def _stop(self, signum: int, frame: Any) -> None:
         self.stopping = True
