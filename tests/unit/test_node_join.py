@@ -50,7 +50,7 @@ def head_answers(monkeypatch, answers: list[bool]) -> None:
 def test_a_head_that_goes_away_just_after_this_nodes_ray_stopped_means_the_job_is_done(
     worker_node, monkeypatch, capsys
 ):
-    head_answers(monkeypatch, [True, True, True, False])  # up when joining and at the first probe, then gone
+    head_answers(monkeypatch, [True, True, True, False])  # up when joining, at the first probe and the next, then gone
 
     assert worker_node.run() == 0
     assert ExitingRay.started == 1
