@@ -27,13 +27,14 @@ pytestmark = pytest.mark.slow
 
 FILES = 300
 
-# 20 kB per row: 300 rows (6 MB) do not fit in 3 MB.
+# 20 kB per row: 300 rows (6 MB) do not fit in 3 MB, nor do their spools (compressed: random base64, 15 kB).
 BIG_ROWS = """
+import base64
 import os
 
 
 def run(mini_batch):
-    return [os.path.basename(path) + " " + "z" * 20_000 for path in mini_batch]
+    return [os.path.basename(path) + " " + base64.b64encode(os.urandom(15_000)).decode() for path in mini_batch]
 """
 
 

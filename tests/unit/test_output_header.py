@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from parallel_steps import ParallelRunConfig, load_job
-from parallel_steps.store.output import Spool, assemble, spool_format
+from parallel_steps.store.output import Spool, assemble, spool_format, spool_path
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_only_text_output_gets_the_header_encoding():
 
 def test_the_first_dataframes_header_once_on_top_whatever_comes_first(tmp_path):
     fmt = spool_format("text", True)
-    spools = [Spool(str(tmp_path / "w0.spool")), Spool(str(tmp_path / "w1.spool"))]
+    spools = [Spool(spool_path(str(tmp_path), "w0", fmt)), Spool(spool_path(str(tmp_path), "w1", fmt))]
     parts = [
         spools[0].append(["a list element"], fmt),  # a list first: no header of its own
         spools[1].append(pd.DataFrame({"x": [1, 2], "y z": ["p", "q"]}), fmt),
@@ -68,7 +68,7 @@ def test_the_first_dataframes_header_once_on_top_whatever_comes_first(tmp_path):
 
 def test_no_dataframe_no_header(tmp_path):
     fmt = spool_format("text", True)
-    spool = Spool(str(tmp_path / "w0.spool"))
+    spool = Spool(spool_path(str(tmp_path), "w0", fmt))
     parts = [spool.append(["a", "b"], fmt), spool.append(["c"], fmt)]
     spool.close()
     assemble(parts, tmp_path / "out.txt", fmt)

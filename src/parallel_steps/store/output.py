@@ -7,6 +7,12 @@ the ledger names the slice of the one successful attempt, and assembly reads
 only named slices. A worker killed halfway leaves an unnamed tail that nothing
 reads. One spool per worker (not a file per mini-batch) keeps file creation off
 the hot path. The output file appears atomically (written beside, then renamed).
+
+Spools of text formats are compressed a slice at a time: the run folder keeps every row for reuse
+beside the output file, and rows of text compress about fivefold (a 1M-file run's folder held its
+output twice, 40 of its 77 MB). Each slice ends with a full flush, so it decompresses alone, and
+slices that lie end to end decompress as one stream. The spool's name says it is compressed
+(`spool_path`): spools of runs from before are read as they are, for reuse.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import io
 import json
 import os
 import shutil
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -32,9 +39,22 @@ if TYPE_CHECKING:
 TEXT_WITH_HEADER = "text_header"
 
 
+#: The suffix of a compressed spool: raw deflate (no header), a full flush after each slice.
+COMPRESSED = ".deflate"
+
+#: Bytes read (and at most written) at a time when a long run of slices is copied into the output.
+_CHUNK = 1 << 20
+
+
 def spool_format(output_format: str, dataframe_header: bool) -> str:
     """How the workers encode their slices: as the output file, or text with a header line per slice."""
     return TEXT_WITH_HEADER if output_format == "text" and dataframe_header else output_format
+
+
+def spool_path(parts_dir: str, worker: str, fmt: str) -> str:
+    """A worker's spool file: compressed for text formats (Parquet slices are compressed files already)."""
+    name = f"{worker}.{fmt}"
+    return os.path.join(parts_dir, name if fmt == "parquet" else name + COMPRESSED)
 
 
 def count_rows(result: Any) -> int:
@@ -57,12 +77,16 @@ class Spool:
     def __init__(self, path: str):
         self.path = path
         self._file = open(path, "ab")  # append: a resumed run's worker continues after old slices
+        # level 1: about 6 µs a slice of ten rows here, within a fifth of level 6's size
+        self._deflate = zlib.compressobj(1, zlib.DEFLATED, -15) if path.endswith(COMPRESSED) else None
 
     def append(self, result: Any, fmt: str) -> Part | None:
         """Write run()'s result as one slice in `fmt`; None when it has no rows."""
         if count_rows(result) == 0:
             return None
         data = encode(result, fmt)
+        if self._deflate is not None:
+            data = self._deflate.compress(data) + self._deflate.flush(zlib.Z_FULL_FLUSH)
         offset = self._file.tell()
         self._file.write(data)
         return Part(self.path, offset, len(data))
@@ -149,20 +173,40 @@ def _to_arrow(result: Any) -> pa.Table:
 
 
 class _SliceReader:
-    """Reads slices, keeping each spool file open once; `check` before each (it may raise: a cancel)."""
+    """Reads slices' rows (decompressed), keeping each spool file open once; `check` before each read
+    (it may raise: a cancel)."""
 
     def __init__(self, check: Callable[[], None] | None = None) -> None:
         self._files: dict[str, BinaryIO] = {}
         self._check = check
 
     def read(self, part: Part) -> bytes:
-        if self._check is not None:
-            self._check()
+        """One slice's rows (or the start of them, for a part cut short of its slice's end)."""
+        return b"".join(self.chunks(part))
+
+    def chunks(self, part: Part) -> Iterator[bytes]:
+        """The rows of `part` a bounded piece at a time: a run of slices may be a whole spool."""
         file = self._files.get(part.path)
         if file is None:
             file = self._files[part.path] = open(part.path, "rb")
         file.seek(part.offset)
-        return file.read(part.length)
+        inflate = zlib.decompressobj(-15) if part.path.endswith(COMPRESSED) else None
+        left = part.length
+        while left > 0:
+            if self._check is not None:
+                self._check()
+            data = file.read(min(left, _CHUNK))
+            if not data:
+                break
+            left -= len(data)
+            if inflate is None:
+                yield data
+                continue
+            yield inflate.decompress(data, _CHUNK)
+            while inflate.unconsumed_tail:
+                yield inflate.decompress(inflate.unconsumed_tail, _CHUNK)
+        if inflate is not None:
+            yield inflate.flush()  # what a match cut at the last chunk's bound still holds
 
     def close(self) -> None:
         for file in self._files.values():
@@ -185,7 +229,7 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str, check: Callable[[], 
         else:
             with open(tmp, "wb") as out:
                 for part in _coalesced(parts):
-                    out.write(reader.read(part))
+                    out.writelines(reader.chunks(part))
         os.replace(tmp, target)
     except OSError as exc:
         exc.filename = exc.filename or str(target)  # a failed write names no file: the output it was for

@@ -34,7 +34,7 @@ from ..inputs.storage import is_url
 from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
 from ..store.logs import error_section, journal_line, mini_batch_tag
-from ..store.output import Spool, count_rows
+from ..store.output import Spool, count_rows, spool_path
 from ..store.space import disk_full, out_of_space, where_it_fits
 from . import entry_script
 from .context import MiniBatchContext, wants_context
@@ -71,9 +71,7 @@ class WorkerRuntime:
         faulthandler.register(STACK_DUMP_SIGNAL, file=self._error_file, all_threads=True)
         self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")  # flushed with the results
         if spec.append_row:
-            self._spool = Spool(
-                os.path.join(spec.parts_dir, f"{spec.node_id}-{spec.process_name}.{spec.output_format}")
-            )
+            self._spool = Spool(spool_path(spec.parts_dir, f"{spec.node_id}-{spec.process_name}", spec.output_format))
         root = logging.getLogger()
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
