@@ -40,7 +40,7 @@ TEXT_WITH_HEADER = "text_header"
 
 
 #: The suffix of a compressed spool: raw deflate (no header), a full flush after each slice.
-COMPRESSED = ".deflate"
+_COMPRESSED = ".deflate"
 
 #: Bytes read (and at most written) at a time when a long run of slices is copied into the output.
 _CHUNK = 1 << 20
@@ -54,7 +54,7 @@ def spool_format(output_format: str, dataframe_header: bool) -> str:
 def spool_path(parts_dir: str, worker: str, fmt: str) -> str:
     """A worker's spool file: compressed for text formats (Parquet slices are compressed files already)."""
     name = f"{worker}.{fmt}"
-    return os.path.join(parts_dir, name if fmt == "parquet" else name + COMPRESSED)
+    return os.path.join(parts_dir, name if fmt == "parquet" else name + _COMPRESSED)
 
 
 def count_rows(result: Any) -> int:
@@ -78,7 +78,7 @@ class Spool:
         self.path = path
         self._file = open(path, "ab")  # append: a resumed run's worker continues after old slices
         # level 1: about 6 µs a slice of ten rows here, within a fifth of level 6's size
-        self._deflate = zlib.compressobj(1, zlib.DEFLATED, -15) if path.endswith(COMPRESSED) else None
+        self._deflate = zlib.compressobj(1, zlib.DEFLATED, -15) if path.endswith(_COMPRESSED) else None
 
     def append(self, result: Any, fmt: str) -> Part | None:
         """Write run()'s result as one slice in `fmt`; None when it has no rows."""
@@ -190,7 +190,7 @@ class _SliceReader:
         if file is None:
             file = self._files[part.path] = open(part.path, "rb")
         file.seek(part.offset)
-        inflate = zlib.decompressobj(-15) if part.path.endswith(COMPRESSED) else None
+        inflate = zlib.decompressobj(-15) if part.path.endswith(_COMPRESSED) else None
         left = part.length
         while left > 0:
             if self._check is not None:
