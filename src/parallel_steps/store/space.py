@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,8 +22,9 @@ def out_of_space(exc: BaseException) -> bool:
     """Whether `exc` says the disk (or the user's quota) is full: an OSError, or SQLite's SQLITE_FULL."""
     if isinstance(exc, OSError):
         return exc.errno in _FULL_ERRNOS
-    if isinstance(exc, sqlite3.Error):
-        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    sqlite3 = sys.modules.get("sqlite3")  # loaded wherever a SQLite error can be; workers never load it
+    if sqlite3 is not None and isinstance(exc, sqlite3.Error):
+        return bool(getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL)
     return False
 
 
