@@ -11,7 +11,8 @@ The baseline is what one would write by hand: list and chunk the files, then
 `multiprocessing.Pool(workers).imap_unordered(run, batches)` writing every row to one file.
 Also prints the wall of a one-file run (start-up cost). Each side runs `--repeat` times, the two
 alternating; the ratio is the median of the pairs' ratios (the Pool's own wall varies by a
-quarter between identical runs, so one pair says little), printed with their range.
+quarter between identical runs, so one pair says little), printed with their range. Beside each wall,
+the CPU its processes used (median): where the cores are busy, more CPU is more wall.
 
 Commands run with bytecode caches, as after `pip install`: PYTHONDONTWRITEBYTECODE is dropped
 for them and an untimed one-file run writes the caches first (without caches every start
@@ -21,6 +22,7 @@ compiles the package and pydantic again, about 0.2 s).
 import argparse
 import multiprocessing
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -107,14 +109,24 @@ def make_files(folder: str, count: int) -> None:
         open(os.path.join(folder, f"{i:08d}.txt"), "w").close()
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended: the Pool's main process and workers, or a
+    run's driver and (its children, reaped by it) workers. On a machine with as many cores as workers, the
+    side that needs more CPU waits for it."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: str, report: bool = False) -> None:
     os.environ["BENCH_LOOPS"] = str(loops)
     folder = os.path.join(tmp, f"in-{name}")
     if not os.path.exists(folder):
         make_files(folder, files)
-    pairs = []
+    pairs, cpu = [], []
     for _ in range(repeat):
+        start = cpu_seconds()
         base = baseline(folder, os.path.join(tmp, f"base-{name}.txt"), workers)
+        middle = cpu_seconds()
         mine = ours(
             folder,
             os.path.join(tmp, "bench_entry.py"),
@@ -124,12 +136,15 @@ def compare(name: str, files: int, loops: int, workers: int, repeat: int, tmp: s
             report,
         )
         pairs.append((base, mine))
+        cpu.append((middle - start, cpu_seconds() - middle))
     base, mine = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+    base_cpu, mine_cpu = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
     ratios = sorted(m / b for b, m in pairs)
     label = f"{name}{' +report' if report else ''}"
     print(
-        f"{label:16} {files:>7} files  Pool {base:6.2f} s   parallel-steps {mine:6.2f} s   "
-        f"ratio {statistics.median(ratios):.2f} (median of {repeat} pairs, {ratios[0]:.2f}-{ratios[-1]:.2f})"
+        f"{label:16} {files:>7} files  Pool {base:6.2f} s (CPU {base_cpu:5.2f} s)   parallel-steps {mine:6.2f} s "
+        f"(CPU {mine_cpu:5.2f} s)   ratio {statistics.median(ratios):.2f} "
+        f"(median of {repeat} pairs, {ratios[0]:.2f}-{ratios[-1]:.2f})"
     )
 
 
