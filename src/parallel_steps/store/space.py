@@ -22,7 +22,7 @@ def out_of_space(exc: BaseException) -> bool:
     """Whether `exc` says the disk (or the user's quota) is full: an OSError, or SQLite's SQLITE_FULL."""
     if isinstance(exc, OSError):
         return exc.errno in _FULL_ERRNOS
-    sqlite3 = sys.modules.get("sqlite3")  # loaded wherever a SQLite error can be; workers never load it
+    sqlite3 = sys.modules.get("sqlite3")  # loaded wherever a SQLite error can be; a worker's own code does not load it
     if sqlite3 is not None and isinstance(exc, sqlite3.Error):
         return bool(getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL)
     return False
