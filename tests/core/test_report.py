@@ -299,7 +299,7 @@ def test_past_the_bar_limit_attempts_are_merged_and_the_page_says_so(make_files,
     page = write_report(summary["run_dir"], output=tmp_path / "small.html", max_bars=10)
     data = page_data(page.read_text())
     bars = data["timeline"]["bars"]
-    assert len(bars["start"]) <= 10
+    assert len(bars["start_ms"]) <= 10
     assert sum(bars["count"]) == 60
     assert bars_per_worker(data) == ledger(summary["run_dir"])["per_worker"]
     assert any("60 attempts, more than the 10 bars" in note for note in data["notes"])
@@ -437,10 +437,10 @@ def test_merged_bars_keep_outcomes_apart_even_when_they_alternate(tmp_path):
     alternating = one_worker(["failed" if i % 2 else "succeeded" for i in range(50)])
     records = RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, alternating, [])
     bars = report_data(records, max_bars=10)["timeline"]["bars"]
-    assert (len(bars["start"]), bars["count"]) == (50, [1] * 50)
+    assert (len(bars["start_ms"]), bars["count"]) == (50, [1] * 50)
     calm = one_worker(["succeeded"] * 50)
     bars = report_data(RunRecords(tmp_path, RunLogs(tmp_path), {}, 0.0, calm, []), max_bars=10)["timeline"]["bars"]
-    assert len(bars["start"]) <= 10
+    assert len(bars["start_ms"]) <= 10
     assert sum(bars["count"]) == 50
 
 

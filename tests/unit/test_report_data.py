@@ -151,4 +151,4 @@ def test_bars_count_every_attempt(tmp_path, max_bars):
     records = records_of(tmp_path, [(i, 1, "succeeded", i * 0.5, 0.5) for i in range(4)])
     bars = page_data(records, max_bars=max_bars)["timeline"]["bars"]
     assert sum(bars["count"]) == sum(bars["items"]) / 10 == 4
-    assert bars["end"][-1] == 2.0
+    assert bars["end_ms"][-1] == 2000

@@ -102,7 +102,7 @@ def _timeline(records: RunRecords, reused_from: dict[str, int], max_bars: int, n
         notes.append(
             f"The timeline has {len(attempts):,} attempts, more than the {max_bars:,} bars it draws one by one: "
             f"attempts of the same outcome that ran one after another on a worker within {width:g} s are drawn "
-            f"as one bar ({len(bars['start']):,} bars; hover shows how many). The other charts and tables count "
+            f"as one bar ({len(bars['start_ms']):,} bars; hover shows how many). The other charts and tables count "
             "every attempt; `parallel-steps report RUN --trace FILE` writes them all for a trace viewer."
         )
     reused = records.summary.get("mini_batches_reused") or 0
@@ -147,20 +147,20 @@ def _bars(attempts: Attempts, max_bars: int) -> tuple[dict[str, list[Any]], floa
     alternate all the time stay apart). Returns the bars and that width."""
     if len(attempts) <= max_bars:
         bars, width, count = attempts, None, [1] * len(attempts)
-        end = list(map(round, attempts.end, itertools.repeat(3)))
+        end = attempts.end
         items = attempts.items
     else:
         groups, width = _merged(attempts, max_bars)
         bars, count = attempts.select(group[0] for group in groups), list(map(len, groups))
-        end = [round(max(map(attempts.end.__getitem__, group)), 3) for group in groups]
+        end = [max(map(attempts.end.__getitem__, group)) for group in groups]
         items = [
             attempts.items[group[0]] if len(group) == 1 else sum(attempts.items[i] or 0 for i in group)
             for group in groups
         ]
     columns: dict[str, list[Any]] = dict(
         worker=bars.worker,
-        start=bars.start,
-        end=end,
+        start_ms=_milliseconds(bars.start),
+        end_ms=_milliseconds(end),
         outcome=bars.outcome,
         mini_batch=bars.mini_batch,
         attempt=bars.attempt,
@@ -169,6 +169,12 @@ def _bars(attempts: Attempts, max_bars: int) -> tuple[dict[str, list[Any]], floa
         error=bars.error,
     )
     return columns, width
+
+
+def _milliseconds(seconds: list[float]) -> list[int]:
+    """Times as whole milliseconds (the precision of the attempts' starts): JSON writes an integer faster
+    and shorter than a float, and the page divides them back into seconds."""
+    return list(map(round, map(operator.mul, seconds, itertools.repeat(1e3))))
 
 
 def _merged(attempts: Attempts, max_bars: int) -> tuple[list[list[int]], float]:

@@ -5,11 +5,15 @@
   const COLORS = {succeeded: "#2da44e", failed: "#cf222e", timed_out: "#fb8500", crashed: "#6e4c13", out_of_memory: "#8250df"};
   const MARKERS = {started: ["triangle", "#2da44e"], crashed: ["x", "#6e4c13"], timed_out: ["diamond", "#fb8500"],
                    out_of_memory: ["square", "#8250df"], init_failed: ["asterisk", "#cf222e"]};
-  const T = D.timeline, B = T.bars;
+  const T = D.timeline, B = inSeconds(T.bars);
   const latest = (values, since) => values.reduce((a, b) => Math.max(a, b), since);  // no spread: 20,000+ values
   const end = latest(T.job_events.map(e => e.t), latest(T.markers.map(m => m.t), latest(B.end, 0))) || 1;
   const x_range = new Bokeh.Range1d({start: -0.01 * end, end: end * 1.01});
 
+  function inSeconds(bars) {  // the bars' times come as whole milliseconds (shorter and quicker to write than floats)
+    const {start_ms, end_ms, ...rest} = bars;
+    return {...rest, start: start_ms.map(ms => ms / 1e3), end: end_ms.map(ms => ms / 1e3)};
+  }
   function figure(options) {
     return P.figure({sizing_mode: "stretch_width", x_range, tools: "xpan,xwheel_zoom,box_zoom,reset,save",
                      toolbar_location: null, min_border_left: 150, ...options});
