@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import array
 import functools
-import itertools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
@@ -51,7 +50,8 @@ class Attempts:
 
 class AttemptLog:
     """The attempts of this invocation as its driver records them: the numbers in arrays, 8 bytes each
-    (a run of a million files holds 100,000 attempts until its report)."""
+    (a run of a million files holds 100,000 attempts until its report), times to the millisecond as
+    processed_mini-batches.csv has them."""
 
     def __init__(self) -> None:
         self._mini_batch, self._attempt = array.array("q"), array.array("q")
@@ -85,8 +85,7 @@ class AttemptLog:
         self._error.append(error)
 
     def columns(self) -> Attempts:
-        """The attempts as the file reads them back: times to the millisecond, outcomes as plain text."""
-        ms = itertools.repeat(3)
+        """The attempts as the file reads them back, outcomes as plain text."""
         return Attempts(
             mini_batch=self._mini_batch.tolist(),
             attempt=self._attempt.tolist(),
@@ -94,7 +93,7 @@ class AttemptLog:
             items=list(self._items),
             items_succeeded=list(self._items_succeeded),
             outcome=list(map(str, self._outcome)),  # a LossReason is written as its value
-            start=list(map(round, self._start, ms)),
-            duration=list(map(round, self._duration, ms)),
+            start=self._start.tolist(),
+            duration=self._duration.tolist(),
             error=list(self._error),
         )

@@ -141,6 +141,7 @@ class RunLogs:
             self._processed_writer = csv.writer(self._processed_file)
             if new:
                 self._processed_writer.writerow(PROCESSED_COLUMNS)
+        started_ms, duration_ms = f"{started:.3f}", f"{duration:.3f}"
         self._processed_writer.writerow(
             [
                 mini_batch,
@@ -153,12 +154,15 @@ class RunLogs:
                 failed,
                 outcome,
                 timestamp(started),
-                f"{duration:.3f}",
+                duration_ms,
                 error,
-                f"{started:.3f}",
+                started_ms,
             ]
         )
-        self.attempts.append(mini_batch, attempt, worker.id, items, succeeded, outcome, started, duration, error)
+        # The times as the file reads them back (parsing the text is quicker than rounding the float)
+        self.attempts.append(
+            mini_batch, attempt, worker.id, items, succeeded, outcome, float(started_ms), float(duration_ms), error
+        )
 
     def record_event(self, event: dict[str, Any]) -> None:
         """One line of events.jsonl: a job event (worker started or replaced, failures, restarts, the end)."""
