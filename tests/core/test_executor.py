@@ -290,6 +290,31 @@ class TestParallelRunStepCompatibility:
         assert summary["status"] == "Succeeded"
         assert output_lines(summary) == ["0", "1", "2"]
 
+    def test_a_file_the_entry_script_leaves_open_is_written_when_its_worker_exits(
+        self, tmp_path, make_files, write_script, monkeypatch
+    ):
+        """Never closed and held in a reference cycle, the file is finalized only by the garbage collection at
+        the worker's exit, which flushes what it buffered: a worker exits through the interpreter's whole
+        teardown (`os._exit`, or `gc.freeze()` even before the script loads, would lose the text)."""
+        make_files(2)
+        monkeypatch.setenv("LEFT_OPEN", str(tmp_path))
+        write_script(
+            "import os\n"
+            "class Holder:\n"
+            "    def __init__(self, path):\n"
+            "        self.file, self.me = open(path, 'w'), self\n"
+            "def init():\n"
+            "    global holder\n"
+            "    holder = Holder(os.path.join(os.environ['LEFT_OPEN'], f'left-open-{os.getpid()}.txt'))\n"
+            "def run(mini_batch):\n"
+            "    holder.file.write(''.join(open(p).read() for p in mini_batch))\n"
+            "    return mini_batch\n"
+        )
+        summary = run_step(step(process_count_per_node=1))
+        assert summary["status"] == "Succeeded"
+        [left_open] = tmp_path.glob("left-open-*.txt")
+        assert left_open.read_text().split() == ["0", "1"]
+
     def test_the_resource_usage_counts_the_processes_a_worker_started(self, make_files, write_script):
         make_files(2)
         write_script(
