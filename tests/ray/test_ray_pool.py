@@ -21,6 +21,7 @@ from support import (
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import ConfigError
+from parallel_steps.pool.ray_nodes import RayNodes
 from parallel_steps.step import run_step
 from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 
@@ -284,13 +285,29 @@ def _replacements(summary: dict) -> list[str]:
     return [event["detail"] for event in events if event["type"] == "worker_replaced"]
 
 
+@pytest.fixture(params=["the driver's machine", "another machine"])
+def worker_machine(request, monkeypatch) -> str:
+    """Where the pool takes its workers to be: on another machine than the driver's, an actor notes the end of
+    its calls in the mailbox rather than in a file (pool/ray_ends.py)."""
+    if request.param == "another machine":
+        assign = RayNodes.assign
+
+        def elsewhere(nodes: RayNodes, wanted: int, wait_s: float) -> None:
+            assign(nodes, wanted, wait_s)
+            nodes.here = set()
+
+        monkeypatch.setattr(RayNodes, "assign", elsewhere)
+    return request.param
+
+
 def test_a_worker_killed_among_the_quick_mini_batches_of_a_call_blames_only_the_one_that_killed_it(
-    ray_cluster, tmp_path
+    ray_cluster, worker_machine, tmp_path
 ):
     """One worker, 300 quick mini-batches: the actor's calls carry many each. f200 SIGKILLs its worker the
     first two times it runs. A loss among the quick mini-batches of a call names none of them and counts no
     attempt; they run again one per call, where f200's loss is named and counted. Every row comes once, and
-    no mini-batch that succeeded has an attempt counted against it."""
+    no mini-batch that succeeded has an attempt counted against it, wherever the worker noted its calls'
+    ends."""
     write_entry_script(
         tmp_path,
         """
@@ -317,6 +334,8 @@ def test_a_worker_killed_among_the_quick_mini_batches_of_a_call_blames_only_the_
     assert len(named) + len(unnamed) == 2  # each of its two kills: named and counted, or naming none
     assert summary["attempts_retried"] == len(named)
     assert summary["workers_started"] == 3
+    notes = list((Path(summary["run_dir"]) / "parts").glob("*.ended"))
+    assert len(notes) == (3 if worker_machine == "the driver's machine" else 0)  # one file a worker, or the mailbox
 
 
 def test_a_hang_among_the_quick_mini_batches_of_a_call_is_timed_out_on_that_one(ray_cluster, tmp_path):

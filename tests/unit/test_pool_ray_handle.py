@@ -15,6 +15,7 @@ from ray.exceptions import RayActorError
 
 from parallel_steps.inputs.minibatch import MiniBatch
 from parallel_steps.pool import ray_handle
+from parallel_steps.pool.ray_ends import FileEnds, last_ended
 from parallel_steps.pool.ray_handle import CALL_MAX, RayActorHandle
 from parallel_steps.pool.ray_nodes import RayNode
 from parallel_steps.pool.ray_watch import DUMP_DELAY_S
@@ -257,6 +258,35 @@ def test_a_call_that_ended_but_whose_reply_was_lost_is_not_blamed(handle, fake_r
 
     assert (handle.slot.blame(), handle.slot.unattributed()) == (None, [1, 2])
     assert handle.slot.holds(0, 1)  # unreported: the driver runs it again, counting no attempt
+
+
+def test_on_the_drivers_machine_the_actors_note_file_says_which_calls_ended(handle, fake_ray, tmp_path):
+    """The same lost reply, the actor on the driver's machine: it noted the call's end in its file, not in the
+    mailbox (which then says none)."""
+    handle.ends_file = str(tmp_path / "node0-process000.ended")
+    notes = FileEnds(handle.ends_file)
+    _, second, _ = sent(handle, 0, 1, 2, 3)  # [0], [1, 2], [3]: the reply of [0] never comes
+    notes.note(1)
+
+    with pytest.raises(RayActorError):
+        list(handle.results(second))
+    handle.died_after(0)
+
+    assert (handle.slot.blame(), handle.slot.unattributed()) == (None, [1, 2])
+
+
+def test_a_note_file_holds_the_last_call_noted_and_starts_again_with_each_actor(tmp_path):
+    path = str(tmp_path / "node0-process000.ended")
+    assert last_ended(path) == 0  # no file: no call ended
+
+    notes = FileEnds(path)
+    assert last_ended(path) == 0
+    notes.note(1)
+    notes.note(12)
+    assert last_ended(path) == 12
+
+    FileEnds(path)  # a resumed run's worker of the same name
+    assert last_ended(path) == 0
 
 
 def test_after_a_lost_reply_the_only_mini_batch_of_the_next_call_is_blamed(handle, fake_ray):

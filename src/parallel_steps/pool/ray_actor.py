@@ -6,7 +6,8 @@ handlers keep working). Each call runs several mini-batches (`run_many`) and ret
 their outcomes together. Messages it sends while a call is still going (a mini-batch
 that runs long, items loaded, a changed hang timeout, memory above the limit, the end
 of a mini-batch said to run: ray_watch.py) go through one small `Mailbox` actor
-(ray_mailbox.py), so the pool waits on a single extra ref. Workers write their logs
+(ray_mailbox.py), so the pool waits on a single extra ref; the end of each call is
+noted where the pool finds it after the actor died (ray_ends.py). Workers write their logs
 and output parts straight into the run directory, which every node must mount at the
 same path.
 """
@@ -24,6 +25,7 @@ import ray
 from ..inputs.minibatch import MiniBatch
 from ..protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
+from .ray_ends import FileEnds, MailboxEnds
 from .ray_watch import Watch, arm_dump
 
 
@@ -41,15 +43,16 @@ class ParallelStepsWorker:
         environment: dict[str, str],
         gpu: bool,
         mailbox: Any,
+        ends_file: str | None,
         memory_limit: int | None,
         cwd: str,
     ):
         self._id, self._spec, self._environment, self._gpu = worker_id, spec, environment, gpu
-        self._mailbox, self._memory_limit, self._cwd = mailbox, memory_limit, cwd
+        self._mailbox, self._ends_file, self._memory_limit, self._cwd = mailbox, ends_file, memory_limit, cwd
         self._runtime: WorkerRuntime | None = None
         self._watch: Watch | None = None
+        self._ends: FileEnds | MailboxEnds | None = None  # where each call's end is noted (ray_ends.py)
         self._dump_file: TextIO | None = None
-        self._ended: Any = None  # the ref of the mailbox's note that the last call ended
 
     def start(self) -> WorkerReady | WorkerInitFailed:
         """Environment, log redirection, side-input copies, then the script's init()."""
@@ -58,6 +61,7 @@ class ParallelStepsWorker:
         problem = _shared_run_dir_problem(self._spec)
         if problem:
             return WorkerInitFailed(problem, os.getpid(), gpu)
+        self._ends = FileEnds(self._ends_file) if self._ends_file else MailboxEnds(self._mailbox, self._id)
         _redirect_output(self._spec.logs)
         if os.path.isdir(self._cwd):
             os.chdir(self._cwd)
@@ -82,12 +86,9 @@ class ParallelStepsWorker:
     def run_many(self, call: int, attempts: list[tuple[MiniBatch, int, float | None]]) -> list[tuple[int, Outcome]]:
         """(mini-batch, attempt, run() timeout) triples in order, in the pool's call number `call`; returns their
         (index, outcome) pairs. What the pool must hear of before the call returns, the watch tells it
-        (ray_watch.py). Each call's end is noted in the mailbox, and the next call starts once the note is in:
-        Ray may lose a call's reply when the actor dies a moment after, and the pool must not blame a loss on
-        a call that ended."""
-        runtime, watch = self._started()
-        if self._ended is not None:
-            ray.get(self._ended)  # sent as the call before returned: in by now
+        (ray_watch.py). Each call's end is noted (ray_ends.py), and the next call starts once the note is in."""
+        runtime, watch, ends = self._started()
+        ends.wait()
         results: list[tuple[int, Outcome]] = []
         told = 0  # how many of `results` the pool has already
         watch.call([timeout for _, _, timeout in attempts])
@@ -102,7 +103,7 @@ class ParallelStepsWorker:
         finally:
             watch.idle()
             runtime.flush(outcome for _, outcome in results[told:])  # a full disk may turn outcomes into failures
-        self._ended = self._mailbox.ended.remote(self._id, call)
+        ends.note(call)
         return results
 
     def _tell_end(
@@ -114,10 +115,10 @@ class ParallelStepsWorker:
         ray.get(self._mailbox.post.remote(self._id, WorkerEnded(index, attempt, results[told:])))
         return len(results)
 
-    def _started(self) -> tuple[WorkerRuntime, Watch]:
-        if self._runtime is None or self._watch is None:
+    def _started(self) -> tuple[WorkerRuntime, Watch, FileEnds | MailboxEnds]:
+        if self._runtime is None or self._watch is None or self._ends is None:
             raise RuntimeError("run_many() before start()")
-        return self._runtime, self._watch
+        return self._runtime, self._watch, self._ends
 
     def shutdown(self, timeout: float) -> None:
         """The script's shutdown(); its stacks are dumped if it takes longer than `timeout`."""

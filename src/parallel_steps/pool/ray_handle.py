@@ -29,6 +29,7 @@ import ray
 from ..inputs.minibatch import MiniBatch
 from ..protocol import Outcome, WorkerEnded, WorkerInfo, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
 from ..store.logs import note_hang
+from .ray_ends import ends_file, last_ended
 from .ray_nodes import RayNode
 from .ray_watch import DUMP_DELAY_S
 from .slots import Held, Slot, WorkerState
@@ -56,6 +57,7 @@ class RayActorHandle:
     call_size: int = 1  # the next call's most mini-batches: doubles from one up to CALL_MAX
     calls: int = 0  # calls made so far: each call's number
     numbers: dict[Any, int] = field(default_factory=dict)  # the calls whose results are not taken: ref -> number
+    ends_file: str | None = None  # where the actor notes each call's end, on the driver's machine (ray_ends.py)
 
     @classmethod
     def start(
@@ -68,17 +70,20 @@ class RayActorHandle:
         environment: dict[str, str],
         mailbox: Any,
         memory_limit: int | None,
+        here: bool,
     ) -> RayActorHandle:
         """Start the worker's actor on `node` (with a GPU of it when `gpu`), never restarted by Ray (the
-        pool replaces lost workers itself), and call its start()."""
+        pool replaces lost workers itself), and call its start(). `here`: the node is on the driver's machine,
+        where the actor notes the end of its calls in a file (ray_ends.py)."""
+        ends = ends_file(spec.parts_dir, info.node_id, info.process_name) if here else None
         actor = actor_class.options(
             num_cpus=0,
             num_gpus=1 if gpu else 0,
             max_restarts=0,
             max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False),
-        ).remote(info.id, spec, environment, gpu, mailbox, memory_limit, os.getcwd())
-        return cls(info, actor, node, spec.logs, gpu, start_ref=actor.start.remote())
+        ).remote(info.id, spec, environment, gpu, mailbox, ends, memory_limit, os.getcwd())
+        return cls(info, actor, node, spec.logs, gpu, start_ref=actor.start.remote(), ends_file=ends)
 
     def send(self, alone: Container[int]) -> list[Any]:
         """Call the actor with what was submitted, in order, once it holds no call but the one it runs (while
@@ -148,8 +153,10 @@ class RayActorHandle:
         return done
 
     def died_after(self, ended: int) -> None:
-        """The actor died having ended its calls up to number `ended` (the mailbox says: their results may never
-        come). It was running the first call after those (none: it died between calls)."""
+        """The actor died having ended its calls up to number `ended` (as the mailbox says, or its note file:
+        their results may never come). It was running the first call after those (none: it died between calls)."""
+        if self.ends_file:
+            ended = max(ended, last_ended(self.ends_file))
         running = next((ref for ref, number in self.numbers.items() if number > ended), None)
         self.slot.died_in(running)
 

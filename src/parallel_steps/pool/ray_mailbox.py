@@ -1,5 +1,6 @@
 """The mailbox of a Ray pool: one small actor on the driver's node that holds what worker actors post while
-their calls run (ray_watch.py), until the pool takes it, and the last call each of them ended.
+their calls run (ray_watch.py), until the pool takes it, and the last call each of them on another
+machine than the driver's ended (ray_ends.py).
 
 A module of its own, importing nothing of the worker: its actor's process imports only this.
 """

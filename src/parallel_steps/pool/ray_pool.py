@@ -107,8 +107,9 @@ class RayWorkerPool(WorkerPool):
         environment = self.settings.worker_environment(node_index, info.process_name, None)
         if gpu:
             del environment["CUDA_VISIBLE_DEVICES"]  # Ray sets it to the GPU it reserved
+        here = node.address in self._nodes.here
         handle = self._handles[info.id] = RayActorHandle.start(
-            self._actor_class, info, node, gpu, spec, environment, self._refs.mailbox, self.settings.memory_limit
+            self._actor_class, info, node, gpu, spec, environment, self._refs.mailbox, self.settings.memory_limit, here
         )
         self._refs.add(handle.start_ref, Answers.START, info.id)
 

@@ -2,7 +2,8 @@
 
     <run_dir>/run.json        the summary (store/runs.py)
               ledger.sqlite   the plan and every outcome (store/ledger.py)
-              parts/          the workers' spool files of results (store/output.py)
+              parts/          the workers' spool files of results (store/output.py); a Ray actor's
+                              note of the last call it ended (pool/ray_ends.py)
               logs/           the ParallelRunStep log layout (store/logs.py)
               output/         the output file, unless `output` names another folder or a URL
               step.json       the configuration of a detached run (jobs.py)
