@@ -3,6 +3,7 @@ tokens as `os.stat` gives, errors that name the file, the listing's own stats fo
 left behind."""
 
 import os
+import time
 
 import psutil
 import pytest
@@ -29,7 +30,17 @@ def runs(tmp_path):
 
 
 def helpers() -> list[psutil.Process]:
-    return [child for child in psutil.Process().children() if "-S" in child.cmdline()]
+    return [child for child in psutil.Process().children() if "-S" in _command_line(child)]
+
+
+def _command_line(process: psutil.Process) -> list[str]:
+    """A child's command line, once its new program has one: Popen returns when the exec closes the child's
+    copy of its error pipe, a moment before the kernel sets the new command line (read then, it is empty)."""
+    for _ in range(100):
+        if command_line := process.cmdline():
+            return command_line
+        time.sleep(0.01)
+    return []
 
 
 def sizes_of(given) -> list[list[int]]:
