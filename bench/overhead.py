@@ -9,7 +9,8 @@ Workloads (mini-batches of 10 files):
   cpu       about 1 ms of pure-Python work per item: measures what users pay on real work.
 The baseline is what one would write by hand: list and chunk the files, then
 `multiprocessing.Pool(workers).imap_unordered(run, batches)` writing every row to one file.
-Also prints the wall of a one-file run (start-up cost). Each side runs `--repeat` times, the two
+Also prints the wall of a one-file run (start-up cost; `--allow-reuse false`, as every run here, so that
+its worker starts), the median of `--repeat` runs. Each side runs `--repeat` times, the two
 alternating; the ratio is the median of the pairs' ratios (the Pool's own wall varies by a
 quarter between identical runs, so one pair says little), printed with their range. Beside each wall,
 the CPU its processes used (median): where the cores are busy, more CPU is more wall.
@@ -182,7 +183,10 @@ def main() -> None:
         compare("overhead", args.files, 0, args.workers, args.repeat, tmp, report=True)
         compare("cpu", args.cpu_files, calibrate_loops(), args.workers, args.repeat, tmp)
         os.environ["BENCH_LOOPS"] = "0"
-        print(f"one file  start-up wall {one_file():.2f} s")
+        walls = [one_file() for _ in range(args.repeat)]
+        print(
+            f"one file  start-up wall {statistics.median(walls):.2f} s (median of {args.repeat}, {min(walls):.2f}-{max(walls):.2f})"
+        )
 
 
 if __name__ == "__main__":
