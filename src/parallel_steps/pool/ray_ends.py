@@ -43,7 +43,12 @@ class FileEnds:
         self.note(0)
 
     def note(self, call: int) -> None:
-        os.pwrite(self._fd, _NUMBER.pack(call), 0)
+        try:
+            os.pwrite(self._fd, _NUMBER.pack(call), 0)
+        except OSError:
+            # A full disk (a copy-on-write filesystem allocates even to overwrite) must not fail a call whose
+            # outcomes the spool settled: without the note, a reply Ray loses blames this call, as before notes.
+            pass
 
     def wait(self) -> None:
         """Nothing: a written note is in."""
