@@ -43,6 +43,21 @@ def _config(tmp_path: Path, names: list[str], **fields) -> ParallelRunConfig:
     return ParallelRunConfig(**base)
 
 
+@pytest.fixture(params=["the driver's machine", "another machine"])
+def worker_machine(request, monkeypatch) -> str:
+    """Where the pool takes its workers to be: on another machine than the driver's, an actor notes the end of
+    its calls in the mailbox rather than in a file (pool/ray_ends.py)."""
+    if request.param == "another machine":
+        assign = RayNodes.assign
+
+        def elsewhere(nodes: RayNodes, wanted: int, wait_s: float) -> None:
+            assign(nodes, wanted, wait_s)
+            nodes.here = set()
+
+        monkeypatch.setattr(RayNodes, "assign", elsewhere)
+    return request.param
+
+
 def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(ray_cluster, tmp_path):
     """node_count=2 x process_count_per_node=2: two workers on each of two Ray nodes, every row once."""
     model = tmp_path / "model"
@@ -151,7 +166,7 @@ def test_logical_gpus_are_pinned_one_per_worker_and_a_replacement_takes_the_free
     assert summary["workers_started"] == 7
 
 
-def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_cluster, tmp_path):
+def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_cluster, worker_machine, tmp_path):
     """The fault table on Ray: each planned fault fails the first attempt only; the output is exactly once."""
     write_entry_script(
         tmp_path,
@@ -283,21 +298,6 @@ def _replacements(summary: dict) -> list[str]:
     lines = (Path(summary["run_dir"]) / "logs" / "sys" / "events.jsonl").read_text().splitlines()
     events = [json.loads(line) for line in lines]
     return [event["detail"] for event in events if event["type"] == "worker_replaced"]
-
-
-@pytest.fixture(params=["the driver's machine", "another machine"])
-def worker_machine(request, monkeypatch) -> str:
-    """Where the pool takes its workers to be: on another machine than the driver's, an actor notes the end of
-    its calls in the mailbox rather than in a file (pool/ray_ends.py)."""
-    if request.param == "another machine":
-        assign = RayNodes.assign
-
-        def elsewhere(nodes: RayNodes, wanted: int, wait_s: float) -> None:
-            assign(nodes, wanted, wait_s)
-            nodes.here = set()
-
-        monkeypatch.setattr(RayNodes, "assign", elsewhere)
-    return request.param
 
 
 def test_a_worker_killed_among_the_quick_mini_batches_of_a_call_blames_only_the_one_that_killed_it(

@@ -15,7 +15,7 @@ from ray.exceptions import RayActorError
 
 from parallel_steps.inputs.minibatch import MiniBatch
 from parallel_steps.pool import ray_handle
-from parallel_steps.pool.ray_ends import FileEnds, last_ended
+from parallel_steps.pool.ray_ends import FileEnds, MailboxEnds, ends_for, last_ended
 from parallel_steps.pool.ray_handle import CALL_MAX, RayActorHandle
 from parallel_steps.pool.ray_nodes import RayNode
 from parallel_steps.pool.ray_watch import DUMP_DELAY_S
@@ -263,8 +263,8 @@ def test_a_call_that_ended_but_whose_reply_was_lost_is_not_blamed(handle, fake_r
 def test_on_the_drivers_machine_the_actors_note_file_says_which_calls_ended(handle, fake_ray, tmp_path):
     """The same lost reply, the actor on the driver's machine: it noted the call's end in its file, not in the
     mailbox (which then says none)."""
-    handle.ends_file = str(tmp_path / "node0-process000.ended")
-    notes = FileEnds(handle.ends_file)
+    handle.ends_path = str(tmp_path / "node0-process000.ended")
+    notes = FileEnds(handle.ends_path)
     _, second, _ = sent(handle, 0, 1, 2, 3)  # [0], [1, 2], [3]: the reply of [0] never comes
     notes.note(1)
 
@@ -287,6 +287,14 @@ def test_a_note_file_holds_the_last_call_noted_and_starts_again_with_each_actor(
 
     FileEnds(path)  # a resumed run's worker of the same name
     assert last_ended(path) == 0
+
+
+def test_an_actor_whose_note_file_cannot_be_made_notes_in_the_mailbox_and_an_unreadable_one_says_none(tmp_path):
+    assert isinstance(
+        ends_for(str(tmp_path / "gone" / "node0-process000.ended"), None, "node0/process000"), MailboxEnds
+    )
+    assert isinstance(ends_for(None, None, "node0/process000"), MailboxEnds)  # on another machine
+    assert last_ended(str(tmp_path)) == 0  # a folder: the loss blames the call whose reply did not come
 
 
 def test_after_a_lost_reply_the_only_mini_batch_of_the_next_call_is_blamed(handle, fake_ray):

@@ -25,7 +25,7 @@ import ray
 from ..inputs.minibatch import MiniBatch
 from ..protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
 from ..worker.runtime import InitError, WorkerRuntime, localize_side_inputs
-from .ray_ends import FileEnds, MailboxEnds
+from .ray_ends import FileEnds, MailboxEnds, ends_for
 from .ray_watch import Watch, arm_dump
 
 
@@ -61,7 +61,7 @@ class ParallelStepsWorker:
         problem = _shared_run_dir_problem(self._spec)
         if problem:
             return WorkerInitFailed(problem, os.getpid(), gpu)
-        self._ends = FileEnds(self._ends_file) if self._ends_file else MailboxEnds(self._mailbox, self._id)
+        self._ends = ends_for(self._ends_file, self._mailbox, self._id)
         _redirect_output(self._spec.logs)
         if os.path.isdir(self._cwd):
             os.chdir(self._cwd)

@@ -6,7 +6,9 @@ On the driver's machine the note is the call's number written over a small file 
 `pwrite`, which the pool reads from the same page cache. An actor on another machine sends it to the mailbox
 (ray_mailbox.py) and waits for it before its next call: an actor call, 0.5-2.5 ms of the mailbox's CPU (on 2
 busy cores, a CPU-bound run's calls of a few mini-batches made that 7% of its wall), but another machine's
-writes to a shared filesystem may reach the driver's late when their writer was killed.
+writes to a shared filesystem may reach the driver's late when their writer was killed. A machine is known
+by its address (`ray_nodes.RayNodes.here`): a node in a container with the host's network but a mount of the
+run directory of its own would count as the driver's machine.
 """
 
 from __future__ import annotations
@@ -26,13 +28,25 @@ def ends_file(parts_dir: str, node_id: str, process_name: str) -> str:
 
 
 def last_ended(path: str) -> int:
-    """The number of the last call the note file says ended; 0 when none did (or there is no file)."""
+    """The number of the last call the note file says ended; 0 when none did, or the file cannot be read (a
+    loss then blames the call whose reply did not come, as before notes)."""
     try:
         with open(path, "rb") as file:
             data = file.read(_NUMBER.size)
-    except FileNotFoundError:
+    except OSError:
         return 0
     return _NUMBER.unpack(data)[0] if len(data) == _NUMBER.size else 0
+
+
+def ends_for(path: str | None, mailbox: Any, worker_id: str) -> FileEnds | MailboxEnds:
+    """An actor's notes: in the file at `path` (on the driver's machine), else, or when the file cannot be made
+    (a full disk), in the mailbox."""
+    if path:
+        try:
+            return FileEnds(path)
+        except OSError:
+            pass
+    return MailboxEnds(mailbox, worker_id)
 
 
 class FileEnds:

@@ -57,7 +57,7 @@ class RayActorHandle:
     call_size: int = 1  # the next call's most mini-batches: doubles from one up to CALL_MAX
     calls: int = 0  # calls made so far: each call's number
     numbers: dict[Any, int] = field(default_factory=dict)  # the calls whose results are not taken: ref -> number
-    ends_file: str | None = None  # where the actor notes each call's end, on the driver's machine (ray_ends.py)
+    ends_path: str | None = None  # where the actor notes each call's end, on the driver's machine (ray_ends.py)
 
     @classmethod
     def start(
@@ -83,7 +83,7 @@ class RayActorHandle:
             max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False),
         ).remote(info.id, spec, environment, gpu, mailbox, ends, memory_limit, os.getcwd())
-        return cls(info, actor, node, spec.logs, gpu, start_ref=actor.start.remote(), ends_file=ends)
+        return cls(info, actor, node, spec.logs, gpu, start_ref=actor.start.remote(), ends_path=ends)
 
     def send(self, alone: Container[int]) -> list[Any]:
         """Call the actor with what was submitted, in order, once it holds no call but the one it runs (while
@@ -155,8 +155,8 @@ class RayActorHandle:
     def died_after(self, ended: int) -> None:
         """The actor died having ended its calls up to number `ended` (as the mailbox says, or its note file:
         their results may never come). It was running the first call after those (none: it died between calls)."""
-        if self.ends_file:
-            ended = max(ended, last_ended(self.ends_file))
+        if self.ends_path:
+            ended = max(ended, last_ended(self.ends_path))
         running = next((ref for ref, number in self.numbers.items() if number > ended), None)
         self.slot.died_in(running)
 

@@ -43,6 +43,7 @@ class Mailbox:
 
     async def sync(self, worker_id: str) -> tuple[int, list[tuple[str, ActorPost]], int]:
         """How many take() calls have returned, what was posted since the last (everything posted before this
-        call is in one or the other: ray_refs.RayRefs.catch_up), and the last call `worker_id` ended (0: none)."""
+        call is in one or the other: ray_refs.RayRefs.catch_up), and the last call `worker_id` noted as ended (0:
+        none; always for an actor on the driver's machine, which notes in a file: ray_ends.py)."""
         messages, self._messages = self._messages, []
         return self._taken, messages, self._ended.get(worker_id, 0)

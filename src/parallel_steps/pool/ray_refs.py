@@ -86,8 +86,10 @@ class RayRefs:
 
     def catch_up(self, worker_id: str) -> tuple[list[tuple[str, ActorPost]], int]:
         """Everything posted until now, in order (what the take() in flight took, if it returned, then the rest),
-        and the number of the last call `worker_id` ended (0: none). Before a loss is blamed: an actor's last
-        words (which mini-batch it ran, which one ended) may still be on their way when its death is known."""
+        and the number of the last call `worker_id` noted there as ended (0: none; always for an actor on the
+        driver's machine, which notes in a file: `RayActorHandle.died_after`). Before a loss is blamed: an
+        actor's last words (which mini-batch it ran, which one ended) may still be on their way when its death
+        is known."""
         taken: int
         waiting: list[tuple[str, ActorPost]]
         ended: int
