@@ -43,12 +43,12 @@ class ParallelStepsWorker:
         environment: dict[str, str],
         gpu: bool,
         mailbox: Any,
-        ends_file: str | None,
+        ends_path: str | None,
         memory_limit: int | None,
         cwd: str,
     ):
         self._id, self._spec, self._environment, self._gpu = worker_id, spec, environment, gpu
-        self._mailbox, self._ends_file, self._memory_limit, self._cwd = mailbox, ends_file, memory_limit, cwd
+        self._mailbox, self._ends_path, self._memory_limit, self._cwd = mailbox, ends_path, memory_limit, cwd
         self._runtime: WorkerRuntime | None = None
         self._watch: Watch | None = None
         self._ends: FileEnds | MailboxEnds | None = None  # where each call's end is noted (ray_ends.py)
@@ -61,7 +61,7 @@ class ParallelStepsWorker:
         problem = _shared_run_dir_problem(self._spec)
         if problem:
             return WorkerInitFailed(problem, os.getpid(), gpu)
-        self._ends = ends_for(self._ends_file, self._mailbox, self._id)
+        self._ends = ends_for(self._ends_path, self._mailbox, self._id)
         _redirect_output(self._spec.logs)
         if os.path.isdir(self._cwd):
             os.chdir(self._cwd)

@@ -50,11 +50,11 @@ def ends_for(path: str | None, mailbox: Any, worker_id: str) -> FileEnds | Mailb
 
 
 class FileEnds:
-    """Notes in a file of the actor's own, emptied as it starts (a resumed run's workers reuse names)."""
+    """Notes in a file of the actor's own, emptied as it starts (a resumed run's workers reuse names): an empty
+    file says no call ended."""
 
     def __init__(self, path: str):
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self.note(0)
 
     def note(self, call: int) -> None:
         try:
