@@ -32,7 +32,7 @@ class LocalBackend:
     # Mean seconds between faults of each kind (exponential intervals).
     intervals: ClassVar[dict[str, float]] = {"worker SIGKILL": 1.5, "driver SIGKILL": 12.0, "driver SIGTERM": 30.0}
     defaults: ClassVar[dict[str, int]] = dict(files=3000, workers=4)
-    _WORKER_MODULE = "parallel_steps.pool.local_worker"
+    _WORKER_MODULE = "parallel_steps.pool.local.worker_main"
     _MIN_AGE_S = 1.0  # a worker killed in init() counts against the init() policy: not this soak's fault
 
     def start(self, root: Path) -> None:

@@ -37,12 +37,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from parallel_steps import ParallelRunConfig  # noqa: E402
-from parallel_steps.environment import storage_settings  # noqa: E402
-from parallel_steps.inputs import storage_options  # noqa: E402
+from parallel_steps.config.secrets import storage_settings  # noqa: E402
 from parallel_steps.inputs.incremental import IncrementalPlanner  # noqa: E402
 from parallel_steps.inputs.members import EarlierBatch, encode_members  # noqa: E402
 from parallel_steps.inputs.planner import Planner  # noqa: E402
-from parallel_steps.step import run_step  # noqa: E402
+from parallel_steps.run.step import run_step  # noqa: E402
+from parallel_steps.storage import options as storage_options  # noqa: E402
 from storage_servers import FaultProxy, azure_store, s3_store, started_servers  # noqa: E402
 
 SCRIPT = textwrap.dedent("""

@@ -86,7 +86,7 @@ def _submit(actor, todo, in_flight: dict) -> None:
 
 def parallel_steps(folder: Path, script: Path, output: Path, workers: int, size: int, root: Path) -> float:
     from parallel_steps import ParallelRunConfig
-    from parallel_steps.step import run_step
+    from parallel_steps.run.step import run_step
 
     config = ParallelRunConfig(
         entry_script=str(script),

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from parallel_steps import ParallelRunConfig
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 
 
 def main() -> None:

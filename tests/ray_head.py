@@ -3,7 +3,7 @@ with its dashboard (the Jobs API) on loopback; shared by the suites that submit 
 
 Token authentication: `ray start` turns it on by itself when it finds a token (RAY_AUTH_TOKEN or
 ~/.ray/auth_token), a client only when RAY_AUTH_MODE says so, so the mode is decided once here
-(as `parallel_steps.pool.ray_env.agree_on_token_auth` decides it) and given to the cluster and to
+(as `parallel_steps.cluster.access.agree_on_token_auth` decides it) and given to the cluster and to
 every client. The cluster's processes detach from the test process, so they are found (and
 stopped) by the cluster's own temp dir and address.
 """
@@ -136,7 +136,7 @@ def jobs_client(cluster: dict):
     local Ray (auth disabled) it would send none."""
     from ray.job_submission import JobSubmissionClient
 
-    from parallel_steps.pool.ray_env import auth_headers
+    from parallel_steps.cluster.access import auth_headers
 
     return JobSubmissionClient(cluster["dashboard"], headers=auth_headers())
 

@@ -1,6 +1,6 @@
 """MkDocs hook: the configuration reference, generated from `ParallelRunConfig.model_fields` at build time.
 
-Each field is described once, in config_fields.py (`Field(description=...)`); this table replaces the
+Each field is described once, in config/fields.py (`Field(description=...)`); this table replaces the
 `<!-- config-fields -->` marker of configuration.md, so the site can never drift from the model.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 
 from parallel_steps.config import ParallelRunConfig
-from parallel_steps.overrides import OVERRIDABLE
+from parallel_steps.config.trust import OVERRIDABLE
 
 MARKER = "<!-- config-fields -->"
 PAGE = "configuration.md"
@@ -30,7 +30,7 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
 
 def fields_table() -> str:
     """One Markdown table row per config field: name, type, default, whether trigger-time input may set
-    it (parallel_steps.overrides.OVERRIDABLE), description."""
+    it (parallel_steps.config.OVERRIDABLE), description."""
     rows = ["| Field | Type | Default | Trigger | Description |", "| --- | --- | --- | --- | --- |"]
     for name, info in ParallelRunConfig.model_fields.items():
         default = info.get_default(call_default_factory=True)

@@ -9,15 +9,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .config_loaders import register_config_loader as _register_config_loader
-from .config_loaders import register_job_reader as _register_job_reader
+from .config.loaders import register_config_loader as _register_config_loader
+from .config.loaders import register_job_reader as _register_job_reader
 from .version import __version__
 from .worker.hooks import register_worker_hook as _register_worker_hook
 
 _EXPORTS = {
     "ParallelRunConfig": "parallel_steps.config",
     "ParallelRunStep": "parallel_steps.parallel_run_step",
-    "run_step": "parallel_steps.step",
+    "run_step": "parallel_steps.run.step",
     "load_job": "parallel_steps.config",
     "FileDataset": "parallel_steps.inputs.datasets",
     "TabularDataset": "parallel_steps.inputs.datasets",
@@ -52,11 +52,11 @@ _register_job_reader("parallel_steps.azure.job:job_fields")
 _register_config_loader("parallel_steps.azure.sdk_objects:sdk_config")
 
 if TYPE_CHECKING:
-    from .config import ParallelRunConfig, load_job
+    from .config.model import ParallelRunConfig, load_job
     from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
     from .inputs.datasets import FileDataset, TabularDataset
     from .parallel_run_step import ParallelRunStep
-    from .step import run_step
+    from .run.step import run_step
     from .worker.entry_script import EntryScript
 
 

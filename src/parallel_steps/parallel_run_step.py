@@ -1,17 +1,15 @@
 """`ParallelRunStep`, the step as Azure ML's SDK spells it: a configuration plus the step's data (or its
-functions), run with `.run()` or started in the background with `.submit()` (both through launch.py).
+functions), run with `.run()` or started in the background with `.submit()` (both through jobs/launch.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .config import ParallelRunConfig
-from .jobs import RunHandle
-from .launch import Launcher
-from .shipping import EntryFunction, ship_functions
-from .step_config import layered_config
+from .config import ParallelRunConfig, layered_config
+from .jobs import Launcher, RunHandle
 from .summary import RunSummary
+from .worker.shipping import EntryFunction, ship_functions
 
 
 class ParallelRunStep:

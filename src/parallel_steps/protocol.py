@@ -12,7 +12,7 @@ worker runtime and the store agree on one definition without importing each othe
 Events (driver <- pool) name mini-batches by their index; the driver holds the descriptors.
 Wire messages (pool <-> worker) are the same types on both pools, in the manner of
 concurrent.futures' `_CallItem` / `_ResultItem`: small, frozen, cheap to pickle. The local
-pool frames them on a socket (pool/local_frames.py); Ray carries them as call arguments,
+pool frames them on a socket (pool/local/frames.py); Ray carries them as call arguments,
 return values and mailbox posts.
 """
 

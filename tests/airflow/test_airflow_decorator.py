@@ -10,7 +10,7 @@ from airflow.sdk import DAG, task
 
 from parallel_steps import ConfigError
 from parallel_steps.airflow.decorators import _ParallelRunDecoratedOperator, parallel_run_task
-from parallel_steps.shipping import dumps_callables
+from parallel_steps.worker.shipping import dumps_callables
 
 _state: dict = {}
 

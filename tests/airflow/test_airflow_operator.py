@@ -282,7 +282,7 @@ def _workers() -> list[psutil.Process]:
     for child in psutil.Process().children(recursive=True):
         try:
             alive = child.status() != psutil.STATUS_ZOMBIE
-            if alive and "parallel_steps.pool.local_worker" in " ".join(child.cmdline()):
+            if alive and "parallel_steps.pool.local.worker_main" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.NoSuchProcess:
             pass

@@ -10,7 +10,7 @@ from airflow.sdk import task
 from airflow.sdk.exceptions import AirflowFailException
 
 from parallel_steps.airflow import ParallelRunOperator
-from parallel_steps.overrides import OVERRIDABLE
+from parallel_steps.config.trust import OVERRIDABLE
 
 ECHO = """
 import os

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parallel_steps import ParallelRunConfig, StepFailed
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 
 SCRIPT = """
 import os

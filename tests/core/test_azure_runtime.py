@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from parallel_steps import FileDataset, ParallelRunConfig, StepFailed, TabularDataset
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 
 
 def step(**fields):

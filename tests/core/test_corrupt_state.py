@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_steps.store.ledger_queries import SUCCEEDED
+from parallel_steps.store.ledger.queries import SUCCEEDED
 
 SCRIPT = """
 import os

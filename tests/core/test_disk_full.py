@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_steps.store.ledger_queries import SUCCEEDED
+from parallel_steps.store.ledger.queries import SUCCEEDED
 
 from .test_shutdown import TAG, assert_nothing_left
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from parallel_steps import ParallelRunConfig, ParallelRunStep, StepFailed, TabularDataset
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 
 from .conftest import cli, cli_json, output_lines
 
@@ -150,7 +150,7 @@ BAD = set(open("bad.txt").read().split())
     ):
         """The first mini-batches run while the rest is still being planned: a failure among them is
         a share of every mini-batch, not of those planned so far."""
-        from parallel_steps import plan
+        from parallel_steps.run import plan
 
         assert plan._CHUNK < 150, "the plan must still be streaming when the first failures come"
         make_files(150)

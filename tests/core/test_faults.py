@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from parallel_steps import ParallelRunConfig, StepFailed
-from parallel_steps.pool import local_watchdog
 from parallel_steps.pool.base import tree_rss
-from parallel_steps.step import run_step
+from parallel_steps.pool.local import watchdog as local_watchdog
+from parallel_steps.run.step import run_step
 
 from .conftest import cli_json, output_lines
 
@@ -198,7 +198,7 @@ def run(mb):
 @pytest.fixture
 def replacement_fails_once(monkeypatch):
     """The driver's own system error: starting a replacement worker fails once (say, out of file descriptors)."""
-    from parallel_steps.pool.local import LocalWorkerPool
+    from parallel_steps.pool.local.pool import LocalWorkerPool
 
     original, failures = LocalWorkerPool.replace, []
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from parallel_steps import ParallelRunConfig, StepFailed, TabularDataset
-from parallel_steps.plan import preview
-from parallel_steps.step import run_step
+from parallel_steps.run.plan import preview
+from parallel_steps.run.step import run_step
 from parallel_steps.store.ledger import Ledger
 
 from .conftest import CLI, cli, output_lines

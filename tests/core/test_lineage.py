@@ -17,10 +17,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from parallel_steps import ParallelRunConfig, TabularDataset
-from parallel_steps.lineage import input_locations, input_schemas, locate, output_location, run_facts, table_schema
+from parallel_steps.jobs import ray_job_entry as job_entry
 from parallel_steps.report import served_report
-from parallel_steps.step import run_step
-from parallel_steps.submit import job_entry
+from parallel_steps.report.lineage import (
+    input_locations,
+    input_schemas,
+    locate,
+    output_location,
+    run_facts,
+    table_schema,
+)
+from parallel_steps.run.step import run_step
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,7 +171,7 @@ def test_the_job_entrypoint_quotes_what_it_is_given():
     start = '"$(readlink /proc/$PPID/exe)" -m '
     assert command.startswith(start)
     assert shlex.split(command.removeprefix(start).replace("$PPID", "PID")) == [
-        "parallel_steps.submit.job_entry",
+        "parallel_steps.jobs.ray_job_entry",
         "/runs/a b",
         "run-1",
         "PID",

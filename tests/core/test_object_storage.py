@@ -16,7 +16,7 @@ import pytest
 from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import StepFailed
 from parallel_steps.jobs import submit
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 from storage_servers import FaultProxy, Store, s3_store
 
 from .conftest import cli

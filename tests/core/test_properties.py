@@ -146,8 +146,8 @@ def prepare(tmp_path: Path, step_file: str) -> Path:
 FORK_SERVER = """
 import atexit, json, os, signal, sys, tempfile, threading
 import _strptime, yaml  # what the commands import (a speed-up only: a child imports what is missing)
-import parallel_steps.azure.pipeline, parallel_steps.cli, parallel_steps.launch, parallel_steps.pool.local
-import parallel_steps.report.render, parallel_steps.step, parallel_steps.worker.runtime
+import parallel_steps.azure.pipeline, parallel_steps.cli, parallel_steps.jobs.launch, parallel_steps.pool.local.pool
+import parallel_steps.report.render, parallel_steps.run.step, parallel_steps.worker.runtime
 
 for line in sys.stdin:
     request = json.loads(line)

@@ -25,7 +25,7 @@ from parallel_steps.driver.faults import signature
 from parallel_steps.report import key_figures, mask_config, write_report
 from parallel_steps.report.data import page_data as report_data
 from parallel_steps.report.records import RunRecords
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 from parallel_steps.store.attempts import Attempts
 from parallel_steps.store.ledger import Ledger
 from parallel_steps.store.logs import RunLogs

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from parallel_steps import ParallelRunConfig, StepFailed
-from parallel_steps.step import reuse_key, run_step
+from parallel_steps.run.step import reuse_key, run_step
 
 from .conftest import output_lines
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from parallel_steps import ParallelRunConfig
-from parallel_steps.environment import public_config, secret_fields, storage_settings
+from parallel_steps.config.secrets import public_config, secret_fields, storage_settings
+from parallel_steps.config.trust import trigger_overrides
 from parallel_steps.errors import ConfigError, InputError
-from parallel_steps.inputs.retry import Backoff, is_transient
 from parallel_steps.masking import mask_urls
-from parallel_steps.overrides import trigger_overrides
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
+from parallel_steps.storage.retry import Backoff, is_transient
 
 
 def _settings(options):

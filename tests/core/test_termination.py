@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from parallel_steps.control import Cancel
+from parallel_steps.control import URGENT_EXIT_S, Cancel
 from parallel_steps.driver import termination
 
 from .test_shutdown import TAG, assert_nothing_left, wait_for
@@ -244,7 +244,7 @@ def test_a_second_sigterm_while_shutdown_hangs_stops_at_once(tmp_path):
     wait_for(lambda: seen in log.read_text(), "the first SIGTERM seen")
     took, stderr = terminate(run)
 
-    assert took < termination.URGENT_EXIT_S + 5, stderr
+    assert took < URGENT_EXIT_S + 5, stderr
     assert "SIGTERM again: stopping every worker now" in stderr
     ended_canceled(tmp_path)
     assert_nothing_left(tmp_path)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from parallel_steps import ParallelRunConfig
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 
 from .conftest import CLI, cli, output_lines

@@ -9,7 +9,7 @@ import pytest
 from support import folders, markers, output_lines, write_entry_script
 
 from parallel_steps import FileDataset, ParallelRunConfig
-from parallel_steps.step import run_step
+from parallel_steps.run.step import run_step
 from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 
 SHAPES = ["mnist", "iris", "file_partitions", "oj_sales", "oj_sales_hive"]

@@ -21,8 +21,8 @@ from support import (
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import ConfigError
-from parallel_steps.pool.ray_nodes import RayNodes
-from parallel_steps.step import run_step
+from parallel_steps.pool.ray.nodes import RayNodes
+from parallel_steps.run.step import run_step
 from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
 
 
@@ -46,7 +46,7 @@ def _config(tmp_path: Path, names: list[str], **fields) -> ParallelRunConfig:
 @pytest.fixture(params=["the driver's machine", "another machine"])
 def worker_machine(request, monkeypatch) -> str:
     """Where the pool takes its workers to be: on another machine than the driver's, an actor notes the end of
-    its calls in the mailbox rather than in a file (pool/ray_ends.py)."""
+    its calls in the mailbox rather than in a file (pool/ray/ends.py)."""
     if request.param == "another machine":
         assign = RayNodes.assign
 

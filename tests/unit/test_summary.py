@@ -4,19 +4,23 @@ code with the same fake clock), still a dict for engines and users, with typed a
 import copy
 import json
 import pickle
+import time
 from pathlib import Path
 
 import pytest
 
 from parallel_steps import summary as summary_module
-from parallel_steps.store.logs import timestamp
-from parallel_steps.summary import TERMINAL, Counters, RunStatus, RunSummary, snapshot, summarize
+from parallel_steps.summary import TERMINAL, Counters, RunStatus, RunSummary, snapshot, summarize, timestamp
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "summaries.json").read_text())
 STARTED, ENDED = 1_700_000_000.0, 1_700_000_100.25
 
 
 class Clock:
+    """The summary module's `time`, stopped at ENDED (formatting as the real one)."""
+
+    strftime, localtime = staticmethod(time.strftime), staticmethod(time.localtime)
+
     @staticmethod
     def time() -> float:
         return ENDED

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from ..version import __version__
 
 _EXPORTS = {
     "ParallelRunOperator": "parallel_steps.airflow.operators",

@@ -16,7 +16,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from ..config import ParallelRunConfig
-from ..lineage import input_locations, locate, output_location, run_facts
+from ..report.lineage import input_locations, locate, output_location, run_facts
 
 
 def default_outlets(config: ParallelRunConfig, dag_id: str | None, task_id: str) -> list[Asset]:

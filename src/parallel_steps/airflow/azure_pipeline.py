@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import DAG, BaseOperator, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from ..azure.engine import Opened, engine_run, pipeline_params, trigger_inputs
+from ..azure.engine import Opened, engine_run, pipeline_params
 from ..azure.pipeline import read_pipeline
 from ..azure.pipeline_run import PipelineOptions, PipelineRun
 from ..config import ParallelRunConfig
@@ -82,13 +82,13 @@ class _PipelineSpec:
     def run(self, context: Mapping[str, Any]) -> PipelineRun:
         """This DAG run's pipeline run, with the inputs its params set."""
         ti = context["ti"]
+        options = PipelineOptions(datastores=self.datastores, fields=self.fields, run_root=self.run_root)
         try:
-            inputs = trigger_inputs(read_pipeline(self.file), context.get("params") or {}, self.opened)
-            pipeline = read_pipeline(self.file, inputs)
+            return engine_run(
+                self.file, context.get("params") or {}, self.opened, options, "airflow", ti.dag_id, ti.run_id
+            )
         except ConfigError as exc:
             raise AirflowFailException(f"invalid pipeline input: {exc}") from None
-        options = PipelineOptions(datastores=self.datastores, fields=self.fields, run_root=self.run_root)
-        return engine_run(pipeline, options, "airflow", ti.dag_id, ti.run_id)
 
 
 class PipelineParallelJob(ParallelRunOperator):

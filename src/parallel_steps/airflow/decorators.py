@@ -1,6 +1,6 @@
 """Airflow adapter: `@task.parallel_run`, whose decorated function is the step's `run(mini_batch)`.
 
-The function (and `init=` / `shutdown=`) travel to the workers through `shipping.py`: by
+The function (and `init=` / `shutdown=`) travel to the workers through `worker/shipping.py`: by
 reference when a fresh interpreter can import their module, else by value (DAG files, the
 DAG folder).
 """
@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, _TaskDecorator, get_unique_task_id
 
 from ..errors import ConfigError
-from ..shipping import ship_functions
+from ..worker.shipping import ship_functions
 from .operators import FIELDS, ParallelRunOperator
 
 

@@ -4,7 +4,7 @@ connection (`ray_conn_id=` on the operator and the decorator) instead of DAG cod
 The connection holds the head's host and port (the Jobs API, http(s)://host:8265, or the GCS, host:6379),
 the token as its password, and TLS options in its extra (`{"verify": false}` or `{"ca_bundle": "/path"}`
 for an https Jobs API). The token is masked in task logs, granted to this process's Ray calls for that
-address only (`pool.ray_env.grant`), and never becomes a config field, so it is in no rendered template,
+address only (`cluster.access.grant`), and never becomes a config field, so it is in no rendered template,
 XCom, run.json or step.json.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
+from ..cluster.access import ClusterAccess, grant, on_cluster
 from ..config import ParallelRunConfig
 from ..errors import ConfigError
-from ..pool.ray_env import ClusterAccess, grant
 
 _JOBS_API_PORT, _GCS_PORT = 8265, 6379
 
@@ -70,17 +70,7 @@ class RayClusterHook(BaseHook):
     def use(self, config: ParallelRunConfig) -> ParallelRunConfig:
         """`config` run on this cluster: its address set, its token granted to this process."""
         address = self.grant()
-        if config.ray_address and config.ray_address != address:
-            raise ConfigError(
-                "ray_address",
-                f"is set and ray_conn_id {self.ray_conn_id!r} names another cluster ({address})",
-                "name the cluster in one place: the connection",
-            )
-        if config.backend != "ray":
-            raise ConfigError(
-                "ray_conn_id", f"names a Ray cluster but the step runs on backend {config.backend!r}", "set backend=ray"
-            )
-        return config.with_overrides(ray_address=address)
+        return on_cluster(config, address, "ray_conn_id", f"ray_conn_id {self.ray_conn_id!r}", "the connection")
 
 
 def _granted(connection: Any) -> str:

@@ -2,7 +2,7 @@
 
 `ParallelRunOperator.get_openlineage_facets_on_start/complete/failure` import this module when the
 listener calls them, so the provider works without OpenLineage installed. The datasets are those of the
-Assets (`lineage.py`: the inputs, the output folder) in OpenLineage's naming; Parquet inputs and outputs
+Assets (`report/lineage.py`: the inputs, the output folder) in OpenLineage's naming; Parquet inputs and outputs
 get a schema facet, the output its statistics (rows, bytes, files), the run a `parallelSteps` facet with
 the step's counts and its most frequent errors.
 """
@@ -17,9 +17,17 @@ from airflow.providers.openlineage.extractors import OperatorLineage
 from openlineage.client.event_v2 import InputDataset, OutputDataset
 from openlineage.client.facet_v2 import RunFacet, output_statistics_output_dataset, schema_dataset
 
-from .. import __version__
 from ..config import ParallelRunConfig
-from ..lineage import DataLocation, error_digest, input_locations, input_schemas, locate, output_location, table_schema
+from ..report.lineage import (
+    DataLocation,
+    error_digest,
+    input_locations,
+    input_schemas,
+    locate,
+    output_location,
+    table_schema,
+)
+from ..version import __version__
 
 PRODUCER = f"https://pypi.org/project/parallel-steps/{__version__}"
 _FACET_SCHEMA = "https://parallel-steps.readthedocs.io/en/latest/airflow/#openlineage"

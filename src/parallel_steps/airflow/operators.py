@@ -1,5 +1,5 @@
 """Airflow adapter: `ParallelRunOperator` maps templated fields, DAG params and the task's identity onto
-a config (`step_config.py`), launches the run (`launch.py`: the driver in the task, or a Ray job the
+a config (`config/layers.py`), launches the run (`jobs/launch.py`: the driver in the task, or a Ray job the
 task follows itself or, deferrable, through `ParallelRunTrigger` in the triggerer), writes what it
 reports to the task log (`task_log.py`) and maps the outcome back to Airflow, once.
 
@@ -21,17 +21,13 @@ from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from ..config import NAME_PATTERN, ParallelRunConfig
+from ..config import ALL, NAME_PATTERN, Allowed, ParallelRunConfig, allowed_fields, layered_config, trigger_overrides
+from ..config.secrets import public_config, resolved_environment
 from ..control import Cancel
-from ..environment import public_config, resolved_environment
 from ..errors import ConfigError, InputError, StepFailed
-from ..follow import Follower, finished
-from ..launch import Launcher
-from ..overrides import ALL, Allowed, allowed_fields, trigger_overrides
-from ..platform import require_linux
+from ..host import require_linux
+from ..jobs import Follower, Launcher, finished, run_status
 from ..report import key_figures
-from ..run_state import run_status
-from ..step_config import layered_config
 from . import assets
 from .hooks import RayClusterHook
 from .links import RunReportLink
@@ -84,7 +80,7 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
         parallel_run_config: a `ParallelRunConfig` to start from; field keywords override it.
         params_override: which config fields DAG params and trigger conf may override: True
             (the default: the fields that change neither code, environment nor paths, see
-            `parallel_steps.overrides.OVERRIDABLE`), a collection of field names (exactly those),
+            `parallel_steps.config.OVERRIDABLE`), a collection of field names (exactly those),
             "all" (every field; logged as a warning: whoever may trigger the DAG then chooses
             the code that runs), or False (none: use templates such as "{{ params.x }}"). A
             param whose value is None overrides nothing.

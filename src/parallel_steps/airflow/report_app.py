@@ -18,7 +18,7 @@ from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query, status
 from fastapi.responses import FileResponse
 
-from ..config_types import default_run_root
+from ..config.types import default_run_root
 from ..report import served_report
 
 #: The XComs holding a run's summary: a succeeded task's result, a failed one's `parallel_run_summary`.

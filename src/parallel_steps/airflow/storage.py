@@ -20,8 +20,8 @@ from airflow.sdk.io import attach
 from airflow.sdk.log import mask_secret
 
 from ..errors import ConfigError
+from ..storage.options import locations_as_urls
 
-PATH_FIELDS = ("inputs", "side_inputs", "models", "output")
 CONN_ID = "conn_id"  # the key of a `storage_options` entry that names a connection
 # Option names whose values Airflow's task log masks (the filesystems' names for keys, tokens, passwords).
 _SECRET_WORDS = ("secret", "token", "key", "password", "connection_string", "credential")
@@ -31,11 +31,14 @@ def is_storage_path(value: Any) -> bool:
     return isinstance(value, ObjectStoragePath)
 
 
+def _url_of(value: Any) -> str | None:
+    return value.as_uri() if isinstance(value, ObjectStoragePath) else None  # without the connection: s3://bucket/in
+
+
 def with_connections(fields: dict[str, Any]) -> dict[str, Any]:
     """`fields` with `ObjectStoragePath`s as their URLs and the connections they and `storage_options`
     name as fsspec options (an option the task gives itself wins over its connection's)."""
-    paths: dict[str, ObjectStoragePath] = {}
-    resolved = {name: _urls(value, paths) if name in PATH_FIELDS else value for name, value in fields.items()}
+    resolved, paths = locations_as_urls(fields, _url_of)
     given = fields.get("storage_options") or {}
     if not isinstance(given, Mapping):  # not options: the field's own check says so
         return resolved
@@ -46,18 +49,6 @@ def with_connections(fields: dict[str, Any]) -> dict[str, Any]:
     if options:
         resolved["storage_options"] = options
     return resolved
-
-
-def _urls(value: Any, paths: dict[str, ObjectStoragePath]) -> Any:
-    if isinstance(value, ObjectStoragePath):
-        url = value.as_uri()  # without the connection: `s3://bucket/in`
-        paths[url] = value
-        return url
-    if isinstance(value, (list, tuple)):
-        return [_urls(item, paths) for item in value]
-    if isinstance(value, Mapping):
-        return {key: _urls(item, paths) for key, item in value.items()}
-    return value
 
 
 def _named(prefix: str, value: Any) -> Any:

@@ -9,7 +9,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..follow import RunHooks, Throttle, progress_line
+from ..jobs import RunHooks
+from ..report.text import Throttle, progress_line
 
 _MAX_EVENT_LINES = 20
 Log = logging.Logger | logging.LoggerAdapter[Any]

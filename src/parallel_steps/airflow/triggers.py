@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..follow import Follower
+from ..jobs import Follower
 from .hooks import RayClusterHook
 from .task_log import TaskLog
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..inputs.datastores import DEFAULT_DATASTORE, resolve_datastore_uri
-from ..inputs.storage import is_url
+from ..storage.datastores import DEFAULT_DATASTORE, resolve_datastore_uri
+from ..storage.objects import is_url
 from .pipeline import BINDING, DATA_TYPES, FOLDER_TYPES, Node, Pipeline
 
 _EXPRESSIONS = re.compile(r"\$\{\{\s*(name|default_datastore)\s*\}\}")

@@ -20,10 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..error_text import error_line
-from ..errors import ConfigError
+from ..errors import ConfigError, error_line
 from ..inputs.fingerprints import code_files
-from ..inputs.storage import is_url
+from ..storage.objects import is_url
 from .binding import PLACEHOLDER_ROOT
 from .pipeline import COMMAND_IGNORED, COMMAND_KEYS
 

@@ -14,9 +14,9 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config_types import default_run_root
+from ..config.types import default_run_root
 from ..errors import ConfigError
-from .pipeline import Pipeline
+from .pipeline import Pipeline, read_pipeline
 from .pipeline_run import PipelineOptions, PipelineRun, folder_name
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.,:=+-]*")
@@ -63,10 +63,18 @@ def trigger_inputs(pipeline: Pipeline, params: Mapping[str, Any], opened: Opened
     return inputs
 
 
-def engine_run(pipeline: Pipeline, options: PipelineOptions, engine: str, owner: str, run_id: str) -> PipelineRun:
-    """The pipeline run of one DAG run or flow run, `<run_root>/pipelines/<engine>-<owner>/<run_id>` (the
+def engine_run(
+    file: str, params: Mapping[str, Any], opened: Opened, options: PipelineOptions, engine: str, owner: str, run_id: str
+) -> PipelineRun:
+    """The pipeline run of one DAG run or flow run: the pipeline `file` with the inputs its trigger-time
+    `params` set (within what the author `opened`), in `<run_root>/pipelines/<engine>-<owner>/<run_id>` (the
     DAG or flow, and its run), every job's outputs where this run puts them: the engine runs the jobs in
-    order and keeps their states."""
+    order and keeps their states.
+
+    Raises:
+        ConfigError: a trigger-time value the author did not open.
+    """
+    pipeline = read_pipeline(file, trigger_inputs(read_pipeline(file), params, opened))
     folder = default_run_root(options.run_root) / "pipelines" / folder_name(f"{engine}-{owner}") / folder_name(run_id)
     run = PipelineRun(pipeline, options, Path(folder), preview=True)
     run.assume_produced()

@@ -17,9 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..config_types import NAME_PATTERN
+from ..config.types import NAME_PATTERN
 from ..errors import ConfigError
-from ..inputs.storage import is_url
+from ..storage.objects import is_url
 from .mltable import mltable_input
 
 log = logging.getLogger("parallel_steps.azure")

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config.files import read_yaml
 from ..errors import ConfigError
-from ..inputs.storage import is_url
-from ..stepfile import read_yaml
+from ..storage.objects import is_url
 
 _READERS = {"read_delimited": "csv", "read_parquet": "parquet", "read_json_lines": "jsonl"}
 #: Options with no effect on what is read here (types are always inferred; lines are parsed by pyarrow).

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.files import read_yaml
 from ..errors import ConfigError, InputError
-from ..inputs.storage import is_url
-from ..stepfile import read_yaml
+from ..storage.objects import is_url
 from .job import known_keys, mapping_of
 
 log = logging.getLogger("parallel_steps.azure")

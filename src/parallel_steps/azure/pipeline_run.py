@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ParallelRunConfig
-from ..config_types import default_run_root
+from ..config.types import default_run_root
 from ..errors import ConfigError, InputError, StepFailed
-from ..step import reuse_key, run_step
+from ..run import reuse_key, run_step
 from ..store.runs import hold_driver_lock, new_run_id
 from .binding import PLACEHOLDER_ROOT, Bindings, bind, make_output_places
 from .command import CommandFailed, command_key, command_line, ignored_keys, keyed, run_command

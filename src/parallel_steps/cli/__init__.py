@@ -1,6 +1,6 @@
 """The `parallel-steps` command line: a thin adapter over the step API.
 
-    run.py     run, plan              jobs.py   status, wait, cancel, logs, runs, clean
+    run.py     run, plan              jobs/handle.py   status, wait, cancel, logs, runs, clean
     node.py    node (every node of a multi-node job)     common.py  what they share
 
 Exit status: 0 the run succeeded (or was reused), 1 it failed or was canceled,
@@ -18,9 +18,9 @@ import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-from .. import __version__
 from ..errors import ParallelStepsError, first_line
-from ..platform import require_linux
+from ..host import require_linux
+from ..version import __version__
 
 
 @contextlib.contextmanager

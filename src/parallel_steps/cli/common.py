@@ -12,12 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import ParallelRunConfig
-from ..control import Cancel
-from ..driver.termination import exit_when_overdue
+from ..config import ParallelRunConfig, layered_config
+from ..control import Cancel, exit_when_overdue
 from ..errors import ConfigError
-from ..follow import RunHooks, Throttle, items_and_rate, progress_line
-from ..step_config import layered_config
+from ..jobs import RunHooks
+from ..report.text import Throttle, items_and_rate, progress_line
 from ..summary import RunSummary
 
 # Fields that have a dedicated option besides --FIELD (or that are not options at all).

@@ -16,9 +16,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..cluster.access import agree_on_token_auth
 from ..errors import ConfigError, InputError, ParallelStepsError, StepFailed, first_line
-from ..platform import require_linux
-from ..pool.ray_env import agree_on_token_auth
+from ..host import require_linux
 from .common import cancel_on_signals, parse_set, print_summary, split_script_args
 from .node_topology import Topology, detect_topology
 from .ray_node import PROBE_EVERY_S, RayStart, own_address, reachable, wait_until
@@ -125,7 +125,7 @@ class _MainNode:
         )
         import ray
 
-        from ..step import run_step
+        from ..run import run_step
 
         self.cancel = cancel = cancel_on_signals()
         try:

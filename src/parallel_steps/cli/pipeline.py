@@ -63,7 +63,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
 def plan_pipeline_command(args: argparse.Namespace) -> int:
     from ..azure.pipeline import read_pipeline
     from ..azure.pipeline_run import PipelineRun
-    from ..inputs.planner import Planner
+    from ..run import mini_batches
 
     options = _options(args)
     pipeline = read_pipeline(args.step_file, options.inputs)
@@ -79,8 +79,7 @@ def plan_pipeline_command(args: argparse.Namespace) -> int:
         else:
             try:
                 config = run.parallel_config(node, make=False)
-                planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
-                batches = list(planner.mini_batches())
+                batches = list(mini_batches(config))
                 job["mini_batches"] = len(batches)
                 job["items"] = sum(b.items or 0 for b in batches)
                 job["bytes"] = sum(b.nbytes for b in batches)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from ..cluster.access import NODE_INDEX_LABEL
 from ..errors import ParallelStepsError
-from ..pool.ray_env import NODE_INDEX_LABEL
 
 PROBE_EVERY_S = 1.0
 _STOP_GRACE_S = 30.0

@@ -7,10 +7,7 @@ import json
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from ..environment import storage_settings
 from ..errors import ConfigError, StepFailed
-from ..inputs import storage_options
-from ..inputs.planner import Planner
 from .common import Progress, add_step_options, cancel_on_signals, config_from_args, print_summary
 from .pipeline import add_pipeline_options, plan_pipeline_command, run_pipeline_command, wants_pipeline
 
@@ -46,8 +43,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..launch import Launcher
-    from ..run_state import run_status
+    from ..jobs import Launcher, run_status
 
     if wants_pipeline(args):  # an Azure ML pipeline file: its jobs in order (cli/pipeline.py)
         return run_pipeline_command(args)
@@ -79,17 +75,18 @@ def _plan(args: argparse.Namespace) -> int:
         return _diff(config, args.json)
     if not config.inputs:
         raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
-    planner = Planner(config.inputs, config.batch_size, config.partition_keys, config.reuse_fingerprint)
+    from ..run import mini_batches
+
     items: list[int | None] = []
     sizes: list[int] = []
     first: list[dict[str, Any]] = []
-    with storage_options.using(storage_settings(config)):  # URLs listed with the step's storage_options
-        for mini_batch in planner.mini_batches():
-            items.append(mini_batch.items)
-            sizes.append(mini_batch.nbytes)
-            if len(first) < args.show:
-                source = mini_batch.describe()
-                first.append(dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=source))
+    notes: list[str] = []
+    for mini_batch in mini_batches(config, notes):
+        items.append(mini_batch.items)
+        sizes.append(mini_batch.nbytes)
+        if len(first) < args.show:
+            source = mini_batch.describe()
+            first.append(dict(id=mini_batch.index, items=mini_batch.items, bytes=mini_batch.nbytes, source=source))
     known = [n for n in items if n is not None]
     counted = len(known) == len(items)
     unit = "rows" if config.is_tabular else "files"
@@ -105,7 +102,7 @@ def _plan(args: argparse.Namespace) -> int:
             items_per_batch=per,
             bytes_per_batch=spread,
             first=first,
-            notes=planner.notes,
+            notes=notes,
             append_row_file_name=config.append_row_file_name if appended else None,
             append_row_format=config.output_format if appended else None,
         )
@@ -123,7 +120,7 @@ def _plan(args: argparse.Namespace) -> int:
         )
     if appended:
         print(f"output: {config.append_row_file_name} ({config.output_format})")
-    for note in planner.notes:
+    for note in notes:
         print(f"note: {note}")
     return 0
 
@@ -135,7 +132,7 @@ def _spread(values: list[int]) -> dict[str, float] | None:
 
 
 def _diff(config: ParallelRunConfig, as_json: bool) -> int:
-    from ..plan import preview
+    from ..run import preview
 
     diff = preview(config)
     if as_json:

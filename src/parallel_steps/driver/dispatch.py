@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from ..config_sections import DriverPolicy
+from ..config.sections import DriverPolicy
 from ..control import JobStopped
-from ..error_text import error_line
+from ..errors import error_line
 from ..inputs.minibatch import MiniBatch
 from ..pool.base import WorkerPool
 from ..protocol import (

@@ -1,5 +1,5 @@
 """Fault policies: which failed attempts are retried, and how errors are grouped (by their
-signature, error_text.py) for `max_same_error`."""
+signature, errors.py) for `max_same_error`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..control import JobFailed
-from ..error_text import error_line, signature
+from ..errors import error_line, signature
 from ..protocol import LossReason, WorkerInfo
 from ..store.logs import RunLogs
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import collections
 import time
 
-from ..config_sections import DriverPolicy, Thresholds
+from ..config.sections import DriverPolicy, Thresholds
 from ..control import JobFailed
-from ..error_text import error_line
+from ..errors import error_line
 from ..protocol import WorkerInfo
 from ..summary import Counters
 from .faults import ErrorGroups

@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ..error_text import error_line
+from ..errors import error_line
 from ..inputs.minibatch import MiniBatch
 from ..protocol import LossReason, Outcome, WorkerInfo
 from ..store.ledger import Ledger

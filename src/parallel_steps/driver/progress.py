@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..store.logs import RunLogs, timestamp
-from ..summary import RunSummary
+from ..store.logs import RunLogs
+from ..summary import RunSummary, timestamp
 
 ProgressCallback = Callable[[RunSummary], None]
 EventCallback = Callable[[dict[str, Any]], None]

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +30,6 @@ T = TypeVar("T")
 
 DRAIN_SHARE = 0.5  # of the grace: mini-batches in flight may finish until then
 SHUTDOWN_SHARE = 0.75  # of the grace: workers' shutdown() may run until then; the rest is the summary's
-URGENT_EXIT_S = 2.0  # after a second cancel, how long a process that exists for the run waits before it exits
 _CHECK_FILE_S = 0.5  # how often the cancel request file is looked for
 _GUARD_TICK_S = 0.1
 
@@ -139,22 +136,3 @@ class Termination:
         if failure:
             raise failure[0]
         return result[0]
-
-
-def exit_when_overdue(cancel: Cancel, grace: float) -> None:
-    """For a process that exists for one run (the CLI, a detached driver), called by its signal handler
-    after each cancel: exit when the run has not ended `grace` after the first cancel (URGENT_EXIT_S
-    after a second). Its workers follow their driver; the ledger keeps what it committed."""
-    wait = URGENT_EXIT_S if cancel.urgent else grace
-    message = (
-        f"parallel-steps: the run did not stop within {wait:g} s of the {'second ' if cancel.urgent else ''}cancel; "
-        "exiting now (rerun the step in the same run directory to resume it)"
-    )
-
-    def leave() -> None:
-        print(message, file=sys.stderr, flush=True)
-        os._exit(1)
-
-    timer = threading.Timer(wait, leave)
-    timer.daemon = True
-    timer.start()

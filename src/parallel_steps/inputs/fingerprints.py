@@ -11,8 +11,8 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..errors import InputError
-from . import storage
-from .storage import Stat, is_url
+from ..storage import objects as storage
+from ..storage.objects import Stat, is_url
 
 _BLOCK = 1 << 20
 # Folders of a source tree that are not its code: caches (a run's own imports write __pycache__ beside the

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..storage.objects import any_url, open_input, read_range
 from .minibatch import MiniBatch
-from .storage import any_url, open_input, read_range
 from .tables import parse_bytes, read_table
 
 if TYPE_CHECKING:

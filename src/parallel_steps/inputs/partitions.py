@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
-from .storage import GLOB_CHARS
+from ..storage.objects import GLOB_CHARS
 
 _PIECES = re.compile(r"(\{[^{}]*\}|\*)")
 _DATE_TOKENS = {"yyyy": ("%Y", r"\d{4}"), "MM": ("%m", r"\d{2}"), "dd": ("%d", r"\d{2}")}

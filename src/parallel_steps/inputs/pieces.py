@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InputError, first_line
 from ..masking import mask_urls
-from .storage import open_input
+from ..storage.objects import open_input
 from .tables import plan_schema, record_boundaries
 
 

@@ -18,13 +18,13 @@ from stat import S_ISDIR
 from typing import Any
 
 from ..errors import InputError
-from . import storage
+from ..storage import objects as storage
+from ..storage.objects import RemoteStat, Stat, has_glob, is_url, list_detailed
 from .datasets import Dataset, FileDataset, TabularDataset
 from .fingerprints import file_identity, file_token, files_fingerprint
 from .minibatch import MiniBatch
 from .partitions import PartitionFormat, below, hive_values
 from .pieces import cut_file
-from .storage import RemoteStat, Stat, has_glob, is_url, list_detailed
 from .tables import read_table, row_count
 
 _IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs

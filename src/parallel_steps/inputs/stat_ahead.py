@@ -25,10 +25,10 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, cast
 
-from ..resources import cpu_count
-from . import storage
+from ..host import cpu_count
+from ..storage import objects as storage
+from ..storage.objects import RemoteStat, Stat
 from .fingerprints import file_token, file_tokens
-from .storage import RemoteStat, Stat
 
 # The token is `fingerprints.file_token`'s, written out: the helper imports nothing of this package
 # (tests/unit/test_stat_ahead.py holds the two to the same text).

@@ -6,7 +6,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, first_line
-from .storage import open_input
+from ..storage.objects import open_input
 
 if TYPE_CHECKING:
     import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant

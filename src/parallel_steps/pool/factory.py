@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..config import ParallelRunConfig
+from ..config.model import ParallelRunConfig
+from ..host import default_process_count, gpu_ids
 from ..protocol import WorkerSpec
-from ..resources import default_process_count, gpu_ids
 from .base import PoolSettings, WorkerPool
 
 
@@ -31,9 +31,9 @@ def make_pool(
         shutdown_timeout=config.shutdown_seconds,
     )
     if config.backend == "ray":
-        from .ray_pool import RayWorkerPool  # Ray is imported only by runs that use it
+        from .ray.pool import RayWorkerPool
 
         return RayWorkerPool(settings, config.ray_address, config.first_task_creation_timeout)
-    from .local import LocalWorkerPool
+    from .local.pool import LocalWorkerPool
 
     return LocalWorkerPool(settings)

@@ -26,10 +26,10 @@ from prefect.artifacts import (
 )
 
 from ..config import ParallelRunConfig
-from ..environment import public_config
-from ..follow import Follower, RunHooks, end_line, progress_line
+from ..config.secrets import public_config
+from ..jobs import Follower, RunHooks, run_status
 from ..report import report_markdown
-from ..run_state import run_status
+from ..report.text import end_line, progress_line
 
 FAILED_ROWS_SHOWN = 100  # a table artifact is for reading, the full list is in the run's logs
 _FAILED_COLUMNS = ("idx", "source", "items", "attempts", "error", "exit_code", "worker", "duration")

@@ -19,7 +19,7 @@ from prefect.context import AssetContext
 from pydantic import ValidationError
 
 from ..config import ParallelRunConfig
-from ..lineage import input_locations, locate, run_facts
+from ..report.lineage import input_locations, locate, run_facts
 
 MATERIALIZED_BY = "parallel-steps"
 

@@ -15,10 +15,10 @@ from prefect.flows import Flow
 
 from prefect import flow, task
 
-from ..azure.engine import Opened, engine_run, pipeline_params, trigger_inputs
+from ..azure.engine import Opened, engine_run, pipeline_params
 from ..azure.pipeline import read_pipeline
 from ..azure.pipeline_run import PipelineOptions, PipelineRun
-from ..overrides import trigger_overrides
+from ..config import trigger_overrides
 from .tasks import parallel_run
 
 
@@ -59,10 +59,9 @@ def flow_from_azure_pipeline(
     def run_pipeline(inputs: dict[str, Any] | None = None, fields: dict[str, Any] | None = None) -> dict[str, Any]:
         context = FlowRunContext.get()
         run_id = str(context.flow_run.id) if context and context.flow_run else "local"
-        bound = read_pipeline(file, trigger_inputs(pipeline, inputs or {}, params_override))
-        run = engine_run(bound, options, "prefect", pipeline.name, run_id)
+        run = engine_run(file, inputs or {}, params_override, options, "prefect", pipeline.name, run_id)
         results: dict[str, Any] = {}
-        for node in bound.nodes.values():
+        for node in run.pipeline.nodes.values():
             if node.kind == "parallel":
                 config = run.parallel_config(node)
                 opened = "the flow's author sets it: flow_from_azure_pipeline(..., fields={{'{field}': ...}})"

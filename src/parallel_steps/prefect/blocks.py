@@ -3,7 +3,7 @@ so that neither is in flow code, flow parameters or the environment of the worke
 
 The token is a secret field (obfuscated in the UI and the API); a token kept in a `Secret` block goes in as
 `RayCluster(address=..., token=Secret.load("ray-token").get())`. It is granted to this process's Ray calls
-for that address only (`pool.ray_env.grant`) and never becomes a config field, so it is in no run.json,
+for that address only (`cluster.access.grant`) and never becomes a config field, so it is in no run.json,
 step.json, artifact or log.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
+from ..cluster.access import ClusterAccess, grant, on_cluster
 from ..config import ParallelRunConfig
 from ..errors import ConfigError
-from ..pool.ray_env import ClusterAccess, grant
 
 
 class RayCluster(Block):
@@ -37,19 +37,10 @@ class RayCluster(Block):
 
     def use(self, config: ParallelRunConfig) -> ParallelRunConfig:
         """`config` run on this cluster: its address set, its token granted to this process."""
-        if config.ray_address and config.ray_address != self.address:
-            raise ConfigError(
-                "ray_address",
-                f"is set and ray_cluster names another cluster ({self.address})",
-                "name the cluster in one place: the block",
-            )
-        if config.backend != "ray":
-            raise ConfigError(
-                "ray_cluster", f"names a Ray cluster but the step runs on backend {config.backend!r}", "set backend=ray"
-            )
+        config = on_cluster(config, self.address, "ray_cluster", "ray_cluster", "the block")
         token = self.token.get_secret_value() if self.token else None
         grant(self.address, ClusterAccess(token=token, verify=self.verify))
-        return config.with_overrides(ray_address=self.address)
+        return config
 
 
 def use_cluster(config: ParallelRunConfig, cluster: RayCluster | str) -> ParallelRunConfig:

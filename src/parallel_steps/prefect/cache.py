@@ -15,9 +15,9 @@ from typing import Any
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
-from ..config_sections import OUTCOME_FIELDS
+from ..config.sections import OUTCOME_FIELDS
 from ..errors import ParallelStepsError
-from ..step import reuse_key
+from ..run import reuse_key
 from .parameters import config_from_parameters
 
 

@@ -2,15 +2,14 @@
 
 A step is given as a `ParallelRunConfig`, a dict of fields or a step file, plus
 config fields as keyword arguments (flow parameters); `None` means "not given"
-(the layers are the core's, `step_config.py`).
+(the layers are the core's, `config/layers.py`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..config import ParallelRunConfig
-from ..step_config import StepSpec, layered_config
+from ..config import ParallelRunConfig, StepSpec, layered_config
 from .storage import with_blocks
 
 CONFIG_PARAMETER = "parallel_run_config"

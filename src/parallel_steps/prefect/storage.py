@@ -15,15 +15,13 @@ from typing import Any
 from prefect.blocks.core import Block
 
 from ..errors import ConfigError
-
-PATH_FIELDS = ("inputs", "side_inputs", "models", "output")
+from ..storage.options import locations_as_urls
 
 
 def with_blocks(fields: Mapping[str, Any]) -> dict[str, Any]:
     """`fields` with bucket blocks as their URLs and blocks in `storage_options` as fsspec options (an
     entry the step gives itself wins over a bucket's credentials)."""
-    buckets: dict[str, Any] = {}
-    resolved = {name: _urls(value, buckets) if name in PATH_FIELDS else value for name, value in fields.items()}
+    resolved, buckets = locations_as_urls(fields, _bucket_url)
     given = fields.get("storage_options") or {}
     if not isinstance(given, Mapping):  # not options: the field's own check says so
         return resolved
@@ -37,20 +35,14 @@ def with_blocks(fields: Mapping[str, Any]) -> dict[str, Any]:
     return resolved
 
 
+def _bucket_url(value: Any) -> str | None:
+    if not _is_bucket(value):
+        return None
+    return f"s3://{value.bucket_name}/{getattr(value, 'bucket_folder', '') or ''}".rstrip("/")
+
+
 def _is_bucket(value: Any) -> bool:
     return isinstance(value, Block) and hasattr(value, "bucket_name") and hasattr(value, "credentials")
-
-
-def _urls(value: Any, buckets: dict[str, Any]) -> Any:
-    if _is_bucket(value):
-        url = f"s3://{value.bucket_name}/{getattr(value, 'bucket_folder', '') or ''}".rstrip("/")
-        buckets[url] = value
-        return url
-    if isinstance(value, (list, tuple)):
-        return [_urls(item, buckets) for item in value]
-    if isinstance(value, Mapping):
-        return {key: _urls(item, buckets) for key, item in value.items()}
-    return value
 
 
 def block_options(block: Block, prefix: str) -> dict[str, Any]:

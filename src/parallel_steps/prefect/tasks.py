@@ -1,7 +1,7 @@
 """The `parallel_run` Prefect task (and `parallel_run_async`, for async flows): one parallel step inside a flow.
 
-An adapter only (STYLE.md section 4): task parameters become a config (`step_config.py`), the
-run is launched where the config says (`launch.py`), what it reports goes to the task's log and
+An adapter only (STYLE.md section 4): task parameters become a config (`config/layers.py`), the
+run is launched where the config says (`jobs/launch.py`), what it reports goes to the task's log and
 artifacts (`artifacts.py`), and the summary or `StepFailed` becomes the task run's result,
 failure or Cancelled state.
 
@@ -40,11 +40,10 @@ from prefect import get_run_logger, task
 
 from ..control import Cancel
 from ..errors import ParallelStepsError, StepFailed
-from ..follow import Follower, RunHooks
-from ..launch import Launcher
-from ..platform import require_linux
-from ..shipping import EntryFunction, ship_functions
+from ..host import require_linux
+from ..jobs import Follower, Launcher, RunHooks
 from ..summary import RunSummary
+from ..worker.shipping import EntryFunction, ship_functions
 from .artifacts import Progress, publish_summary
 from .assets import record_materialization
 from .blocks import RayCluster, use_cluster

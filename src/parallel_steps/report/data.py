@@ -15,7 +15,7 @@ import math
 import operator
 from typing import Any, NamedTuple
 
-from ..error_text import signature
+from ..errors import signature
 from ..store.attempts import Attempts
 from ..store.logs import failure_section
 from .records import RunRecords, mask_config, natural, read_samples, unix

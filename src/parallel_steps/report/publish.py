@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..inputs.storage import upload
 from ..masking import mask_urls
+from ..storage.objects import upload
 from .render import default_path
 
 REPORT_NAME = default_path(".").name  # report.html, under the same name as in the run folder

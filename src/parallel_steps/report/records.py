@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..environment import mask_environment
+from ..config.secrets import mask_environment
 from ..store.attempts import Attempts
 from ..store.ledger import Ledger
 from ..store.logs import RunLogs, WorkerLogPaths

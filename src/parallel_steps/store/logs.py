@@ -10,7 +10,6 @@ Nothing is fsynced: logs are for people, the ledger is for recovery.
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from typing import Any
 from ..masking import URL_MASKING
 from ..protocol import WorkerInfo
 from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
+from ..summary import timestamp
 from .attempts import AttemptLog
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
@@ -347,16 +347,6 @@ def hang_summary(error_log: Path) -> str:
                 where += " (innermost: {} line {} in {})".format(*innermost)
             return f"; hung at {where}"
     return ""
-
-
-def timestamp(when: float | None = None) -> str:
-    return _timestamp_of_second(int(when if when is not None else time.time()))
-
-
-@functools.lru_cache(maxsize=4)
-def _timestamp_of_second(second: int) -> str:
-    """Formatting a time costs more than the rest of a mini-batch's log row; a second has one text."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
 
 
 def _write_atomic(path: Path, text: str) -> None:

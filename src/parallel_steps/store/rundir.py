@@ -1,13 +1,13 @@
 """One run's directory: where it is, what it holds, and how it is left behind.
 
     <run_dir>/run.json        the summary (store/runs.py)
-              ledger.sqlite   the plan and every outcome (store/ledger.py)
+              ledger.sqlite   the plan and every outcome (store/ledger/writes.py)
               parts/          the workers' spool files of results (store/output.py); a Ray actor's
-                              note of the last call it ended (pool/ray_ends.py)
+                              note of the last call it ended (pool/ray/ends.py)
               logs/           the ParallelRunStep log layout (store/logs.py)
               output/         the output file, unless `output` names another folder or a URL
-              step.json       the configuration of a detached run (jobs.py)
-              entry_callables.pkl  a detached run's init/run/shutdown functions (jobs.py)
+              step.json       the configuration of a detached run (jobs/handle.py)
+              entry_callables.pkl  a detached run's init/run/shutdown functions (jobs/handle.py)
               ray_job.json    the Ray job that runs the driver of a `submit_to: ray_job` run
               cancel.requested  written by `parallel-steps cancel`
               driver.lock     locked by the run's one driver while it runs (who: pid, host, since)
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..inputs.storage import is_url
+from ..storage.objects import is_url
 from .ledger import Ledger
 from .logs import RunLogs
 from .output import link_or_copy

@@ -25,7 +25,7 @@ ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
 STEP_FILE = "step.json"  # in a run directory: the configuration of a detached run
 CALLABLES_FILE = "entry_callables.pkl"  # in a run directory: a detached run's cloudpickled init/run/shutdown
-RAY_JOB_FILE = "ray_job.json"  # in a run directory: the Ray job that runs its driver (submit/ray_job.py)
+RAY_JOB_FILE = "ray_job.json"  # in a run directory: the Ray job that runs its driver (jobs/ray_job.py)
 DRIVER_LOCK = "driver.lock"  # in a run directory: held by the one driver running it (`hold_driver_lock`)
 SECRETS_FILE = "driver_secrets.json"  # in a run directory (0600): a Ray job driver's secrets, until it reads them
 

@@ -1,6 +1,6 @@
 """Local copies of the files that a worker's mini-batches name by URL (ParallelRunStep's download mode).
 
-A mini-batch's objects are fetched together (inputs/fetch.py) into a folder of their own, each
+A mini-batch's objects are fetched together (storage/fetch.py) into a folder of their own, each
 keeping its name, before `run()` gets their paths; the folder goes when the mini-batch is done.
 While `run()` works on one mini-batch, those queued behind it (`prefetch`) are fetched in the
 background, up to `PREFETCH_BYTES` ahead in all.
@@ -14,7 +14,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from ..inputs.minibatch import MiniBatch
-from ..inputs.storage import any_url, is_url
+from ..storage.objects import any_url, is_url
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,7 +38,7 @@ class Downloads:
         if ahead is not None:
             ahead[1].result()
         else:
-            from ..inputs.fetch import fetch_all  # asyncio and fsspec: only for a step whose files are URLs
+            from ..storage.fetch import fetch_all
 
             fetch_all(pairs)
         return local
@@ -52,7 +52,7 @@ class Downloads:
             return
         from concurrent.futures import ThreadPoolExecutor
 
-        from ..inputs.fetch import fetch_all
+        from ..storage.fetch import fetch_all
 
         _, pairs = self._targets(mini_batch)
         self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="parallel-steps-prefetch")

@@ -30,9 +30,9 @@ from ..inputs.fingerprints import file_tokens, fingerprint_of, local_tokens
 from ..inputs.loaders import load
 from ..inputs.members import token_checks
 from ..inputs.minibatch import MiniBatch
-from ..inputs.storage import is_url
 from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
+from ..storage.objects import is_url
 from ..store.logs import error_section, journal_line, mini_batch_tag
 from ..store.output import Spool, count_rows, spool_path
 from ..store.space import disk_full, out_of_space, where_it_fits
@@ -302,7 +302,7 @@ def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, 
     wanted = {name: path for name, path in entries.items() if copy_paths or is_url(path)}
     if not wanted:  # most steps: no import of asyncio and fsspec (a tenth of a second of each worker's start)
         return {}
-    from ..inputs.fetch import copy_once
+    from ..storage.fetch import copy_once
 
     return {name: copy_once(path, root / name) for name, path in wanted.items()}
 

@@ -1,0 +1,61 @@
+"""The host: the one platform check (parallel-steps runs on Linux only), and what this machine offers
+workers (GPU ids, the default process count).
+
+The local pool waits on workers through `os.pidfd_open`, run roots and side-input copies are
+locked with `fcntl.flock`, and `parallel-steps node` ties `ray start` to its parent with
+`prctl(PR_SET_PDEATHSIG)`. On another OS the entry points (the CLI, the Airflow operator,
+the Prefect task, `run_step`) call `require_linux()` first, so the user reads one line
+instead of a worker's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from .errors import UnsupportedPlatform
+
+
+def require_linux() -> None:
+    """Raise `UnsupportedPlatform` (a `ConfigError`) unless this is Linux."""
+    if not sys.platform.startswith("linux"):
+        raise UnsupportedPlatform(
+            "platform",
+            f"{sys.platform!r} is not supported",
+            "parallel-steps runs on Linux only; use a Linux machine, container or VM",
+        )
+
+
+def gpu_ids() -> list[str]:
+    """GPU ids workers may be pinned to.
+
+    `PARALLEL_STEPS_GPU_COUNT` (for tests and machines without nvidia-smi) wins, then the
+    parent's `CUDA_VISIBLE_DEVICES` (its ids, in order; empty means none), then `nvidia-smi -L`.
+    """
+    count = os.environ.get("PARALLEL_STEPS_GPU_COUNT")
+    if count is not None and count.strip():
+        return [str(i) for i in range(int(count))]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [gpu.strip() for gpu in visible.split(",") if gpu.strip() and gpu.strip() != "-1"]
+    if shutil.which("nvidia-smi"):
+        try:
+            listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []
+        return [str(i) for i in range(sum(line.startswith("GPU ") for line in listing.splitlines()))]
+    return []
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def default_process_count() -> int:
+    """ParallelRunStep's default: one worker per GPU on a GPU machine, else one per CPU."""
+    return len(gpu_ids()) or cpu_count()

@@ -1,0 +1,112 @@
+"""One local worker process as the pool sees it: started, written to without blocking, killed.
+
+Only the local pool's loop touches a `WorkerProcess`. The worker side of the socket is
+`local_worker.py`, the frames on it `local_frames.py`; the marker (`marker.py`) says which
+mini-batch it runs, and the books (`slots.Slot`) what it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...inputs.minibatch import MiniBatch
+from ...protocol import RunAttempts, StopWorker, WorkerInfo, WorkerLogPaths, WorkerSpec
+from ..slots import Slot
+from .frames import PoolEnd
+from .marker import Marker
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding parallel_steps/
+
+
+@dataclass
+class WorkerProcess:
+    """A worker process, its socket and pidfd, and its books."""
+
+    info: WorkerInfo
+    process: subprocess.Popen[bytes]
+    conn: PoolEnd
+    sentinel: int  # a pidfd: readable the moment the process exits
+    logs: WorkerLogPaths
+    marker: Marker
+    pipe_open: bool = True
+    slot: Slot = field(default_factory=Slot)
+    outbox: list[tuple[MiniBatch, int]] = field(default_factory=list)  # submitted, not yet sent
+    last_rss: int = 0
+
+    @classmethod
+    def start(cls, info: WorkerInfo, spec: WorkerSpec, environment: dict[str, str]) -> WorkerProcess:
+        """Start `python -m parallel_steps.pool.local.worker_main` in its own process group (killpg reaches
+        what it starts) and queue its spec, the first thing it reads."""
+        env = {**os.environ, **environment}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        parent_end, child_end = socket.socketpair()
+        marker = Marker.create()
+        command = [
+            sys.executable,
+            "-m",
+            "parallel_steps.pool.local.worker_main",
+            str(child_end.fileno()),
+            str(os.getpid()),
+        ]
+        with open(spec.logs.stdout, "ab") as stdout, open(spec.logs.stderr, "ab") as stderr:
+            process = subprocess.Popen(
+                [*command, str(marker.fd)],
+                pass_fds=[child_end.fileno(), marker.fd],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,
+            )
+        child_end.close()
+        conn = PoolEnd(parent_end)
+        conn.send(spec)
+        return cls(info, process, conn, os.pidfd_open(process.pid), spec.logs, marker)
+
+    def observe(self) -> None:
+        """Bring the books up to date with the marker: the mini-batch it runs now, and since when."""
+        index, since = self.marker.get()
+        self.slot.start(index, since)
+
+    def send_outbox(self) -> None:
+        """Everything submitted since the last look, as one message."""
+        if self.outbox and self.pipe_open:
+            self.conn.send(RunAttempts(self.outbox))
+            self.outbox = []
+
+    def poll_mask(self) -> int:
+        """Write what the socket takes now; the poll mask to watch the socket with (POLLOUT while
+        frames wait). A worker stuck in run() with a full socket must not stop the loop that
+        enforces its deadline."""
+        return select.POLLIN | (select.POLLOUT if self.conn.flush() else 0)
+
+    def ask_to_stop(self) -> None:
+        """An idle worker runs shutdown() and exits (its socket is empty: the stop goes at once)."""
+        self.conn.send(StopWorker())
+
+    def dump_stacks(self) -> bool:
+        """faulthandler in the worker writes every thread's stack to its error log; False if it is gone."""
+        try:
+            os.kill(self.process.pid, signal.SIGUSR1)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the worker and everything it started."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close_pipe(self) -> None:
+        if self.pipe_open:
+            self.conn.close()
+            self.pipe_open = False
