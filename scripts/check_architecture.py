@@ -1,5 +1,5 @@
-"""The architecture check run by ./scripts/lint: no import cycle between modules, at any scope, and no
-module or class too long to read.
+"""The architecture check run by ./scripts/lint: imports run down the layers, no import cycle between
+modules, at any scope, no module or class too long to read, and no folder left unmade.
 
 It parses every module of a package with `ast` (nothing is imported, so it runs in any Python 3.11) and
 builds the import graph from every `import` statement wherever it is: at module level, inside a function,
@@ -7,6 +7,10 @@ under `if TYPE_CHECKING:`. A function-level import hides a cycle from the interp
 so it counts. An import names the module it loads: `from .driver import Driver` depends on
 `driver/__init__.py`, `from . import storage` on `storage.py`; the parent packages Python also runs are
 not counted (every module would then depend on the package's `__init__`).
+
+The layers (LAYERS), the adapters' rules and the flat modules are parallel_steps's own: they hold for
+the package named PACKAGE; any other package (the tests' tiny ones) gets the checks that hold for every
+package: cycles, lengths and shared file-name prefixes.
 
     python scripts/check_architecture.py [PACKAGE_DIR]     (default: src/parallel_steps)
 
@@ -18,14 +22,51 @@ from __future__ import annotations
 import ast
 import itertools
 import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+PACKAGE = "parallel_steps"
+#: The layers of PACKAGE, top to bottom, each a floor of names: the first name under the package
+#: (`parallel_steps.pool.ray.handle` is in `pool`), `__init__` for the package itself. A module imports
+#: its own floor or any floor below, never one above.
+LAYERS: list[tuple[str, ...]] = [
+    ("__init__", "parallel_run_step"),  # faces: the package and `ParallelRunStep`
+    ("cli", "airflow", "prefect", "azure"),  # adapters: siblings (ADAPTER_IMPORTS)
+    ("jobs",),
+    ("run",),
+    ("driver",),
+    ("pool",),
+    ("worker",),
+    ("report",),
+    ("store",),
+    ("cluster",),  # the conflict rule takes a step's config; the Ray pool and the Ray job use it
+    ("config",),
+    ("inputs",),
+    ("storage", "host"),  # one floor: they may import each other (no cycle)
+    ("errors", "control", "protocol", "summary", "masking", "version"),  # leaves: each other, no cycle
+]
+ADAPTERS = LAYERS[1]  # the second floor
+#: The only imports between adapters. Airflow and Prefect cannot share an environment, and a user installs
+#: one orchestrator, so an adapter stands alone; but the Airflow, Prefect and CLI adapters build their DAGs,
+#: flows and commands from Azure pipelines, and azure/ needs none of the orchestrators.
+ADAPTER_IMPORTS: dict[str, tuple[str, ...]] = {"airflow": ("azure",), "prefect": ("azure",), "cli": ("azure",)}
+#: Below the adapters, but how a run works, not what it offers: an adapter goes through a package face.
+INTERNALS = ("pool", "driver")
+#: The modules that sit flat in the package: the faces, the leaves and `host`. Anything else belongs in
+#: its layer's folder.
+FLAT_MODULES = frozenset(
+    {"__init__", "version", "errors", "control", "protocol", "summary", "masking", "host", "parallel_run_step"}
+)
+FLOOR = {name: floor for floor, names in enumerate(LAYERS) for name in names}
 MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 250
 #: Modules allowed past MAX_MODULE_LINES, with the reason. Keep it empty unless a module cannot be cut
 #: without scattering what users read in one place.
 MODULE_EXEMPTIONS: dict[str, str] = {}
+#: More sibling files than this sharing a name's prefix (`ray.py`, `ray_pool.py`, `ray_handle.py`) are a
+#: folder that has not been made.
+MAX_SHARED_PREFIX = 2
 
 
 @dataclass
@@ -33,7 +74,7 @@ class Module:
     name: str  # dotted: parallel_steps.driver.health
     path: Path
     is_package: bool
-    imports: dict[str, int] = field(default_factory=dict)  # module imported -> first line importing it
+    imports: dict[str, list[int]] = field(default_factory=dict)  # module imported -> lines importing it
 
 
 def find_modules(root: Path) -> dict[str, Module]:
@@ -58,13 +99,17 @@ def resolve(module: Module, level: int, target: str | None) -> str:
 
 
 def read_imports(module: Module, tree: ast.Module, modules: dict[str, Module]) -> None:
-    """The package's modules that `module` imports, at any scope."""
+    """The package's modules that `module` imports, at any scope, each with its lines in order."""
 
     def add(name: str, line: int) -> None:
-        if name in modules and name != module.name:
-            module.imports.setdefault(name, line)
+        if name not in modules or name == module.name:
+            return
+        lines = module.imports.setdefault(name, [])
+        if line not in lines:  # `from .x import a, b` imports x once
+            lines.append(line)
 
-    for node in ast.walk(tree):
+    statements = (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
+    for node in sorted(statements, key=lambda node: node.lineno):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name, node.lineno)
@@ -141,6 +186,73 @@ def shortest_path(modules: dict[str, Module], component: set[str], start: str, e
     raise AssertionError("every module of a strongly connected component reaches every other")
 
 
+def layer(name: str) -> str:
+    """A module's layer: the first name under the package, `__init__` for the package itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def import_problems(module: Module, where: Path) -> list[str]:
+    """The imports of `module` that go up a layer, from one adapter into another, or into the internals."""
+    own = layer(module.name)
+    if own not in FLOOR:
+        return [f"{where}: not in a layer (add it to LAYERS in scripts/check_architecture.py)"]
+    problems = []
+    for line, target in sorted((line, target) for target, lines in module.imports.items() for line in lines):
+        other = layer(target)
+        if other not in FLOOR:  # its own problem, once, as a module not in a layer
+            continue
+        if FLOOR[other] < FLOOR[own]:
+            order = " > ".join("/".join(names) for names in LAYERS[FLOOR[other] : FLOOR[own] + 1])
+            problems.append(
+                f"{where}:{line}: imports {target} from layer {other}, above its own layer {own}"
+                f" (imports run down: {order})"
+            )
+        elif own in ADAPTERS and other in ADAPTERS and other != own and other not in ADAPTER_IMPORTS.get(own, ()):
+            problems.append(
+                f"{where}:{line}: imports {target} from adapter {other}, a sibling of its own adapter {own}"
+                " (adapters stand alone but for ADAPTER_IMPORTS in scripts/check_architecture.py)"
+            )
+        elif own in ADAPTERS and other in INTERNALS:
+            problems.append(
+                f"{where}:{line}: an adapter imports {target} (pool/ and driver/ are internals;"
+                f" use a package face: {PACKAGE}.jobs, {PACKAGE}.cluster, ...)"
+            )
+    return problems
+
+
+def flat_problems(root: Path) -> list[str]:
+    """The modules flat in the package that belong in their layer's folder."""
+    return [
+        f"{shown(root, path)}: flat in {root.name}/, where only the faces, the leaves and host sit"
+        " (move it into its layer's folder)"
+        for path in sorted(root.glob("*.py"))
+        if path.stem not in FLAT_MODULES
+    ]
+
+
+def prefix_problems(root: Path) -> list[str]:
+    """Sibling files named alike too often: `ray.py`, `ray_pool.py`, `ray_handle.py` want a `ray/`."""
+    problems = []
+    for folder in sorted({path.parent for path in root.rglob("*.py")}):
+        named: defaultdict[str, list[str]] = defaultdict(list)
+        for path in sorted(folder.glob("*.py")):
+            if not (path.stem.startswith("__") and path.stem.endswith("__")):  # __init__, __main__
+                named[path.stem.lstrip("_").split("_")[0]].append(path.name)  # _ray_x.py is a ray file too
+        for prefix, names in named.items():
+            if len(names) > MAX_SHARED_PREFIX:
+                problems.append(
+                    f"{shown(root, folder)}/: {', '.join(names)} share the prefix {prefix} (a prefix shared"
+                    f" by {len(names)} files is a folder that has not been made: {prefix}/)"
+                )
+    return problems
+
+
+def shown(root: Path, path: Path) -> Path:
+    """`path` as a reader finds it: from the repository (above src/), else from the package's parent."""
+    return path.relative_to(root.parent.parent if root.parent.name == "src" else root.parent)
+
+
 def check(root: Path) -> list[str]:
     """Every problem of the package at `root`, one readable line each."""
     modules = find_modules(root)
@@ -149,7 +261,7 @@ def check(root: Path) -> list[str]:
         text = module.path.read_text()
         tree = ast.parse(text, str(module.path))
         read_imports(module, tree, modules)
-        where = module.path.relative_to(root.parent.parent if root.parent.name == "src" else root.parent)
+        where = shown(root, module.path)
         lines = len(text.splitlines())
         if lines > MAX_MODULE_LINES and module.name not in MODULE_EXEMPTIONS:
             problems.append(f"{where}: {lines} lines (a module has at most {MAX_MODULE_LINES}; split it by concern)")
@@ -160,8 +272,13 @@ def check(root: Path) -> list[str]:
                     problems.append(
                         f"{where}:{node.lineno}: class {node.name} is {length} lines (at most {MAX_CLASS_LINES})"
                     )
+    if root.name == PACKAGE:  # every module's imports read: the layers can be checked
+        problems += flat_problems(root)
+        for module in modules.values():
+            problems += import_problems(module, shown(root, module.path))
+    problems += prefix_problems(root)
     for cycle in cycles(modules):
-        steps = [f"{name} (line {modules[name].imports[after]})" for name, after in itertools.pairwise(cycle)]
+        steps = [f"{name} (line {modules[name].imports[after][0]})" for name, after in itertools.pairwise(cycle)]
         problems.append("import cycle: " + " -> ".join([*steps, cycle[-1]]))
     return problems
 
