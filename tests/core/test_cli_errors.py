@@ -88,3 +88,16 @@ def test_plan_needs_no_entry_script_and_reports_errors_the_same_way(workspace):
     result = cli("plan", "--input", "data", "--mini-batch-size", "0")
     assert result.returncode == 2
     assert result.stderr.strip() == "parallel-steps: mini_batch_size: 0 must be at least 1"
+
+
+def test_a_store_without_credentials_is_one_line_naming_the_url(workspace, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(workspace / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(workspace / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    result = cli("plan", "--input", "s3://no-such-bucket/x")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "parallel-steps: s3://no-such-bucket/x: cannot list (NoCredentialsError: Unable to locate credentials)"
+    ]

@@ -93,6 +93,8 @@ def list_detailed(url: str) -> list[tuple[str, RemoteStat]]:
         infos = {}
     except OSError as exc:
         raise InputError(url, f"cannot list ({getattr(exc, 'strerror', None) or first_line(exc)})") from None
+    except Exception as exc:  # a storage library's own (botocore's NoCredentialsError is no OSError)
+        raise InputError(url, f"cannot list ({type(exc).__name__}: {first_line(exc)})") from None
     bases = _glob_base(inner), _glob_base(url)
     return sorted(
         (_listed_url(filesystem, *bases, name), remote_stat(info))
