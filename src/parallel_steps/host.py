@@ -56,6 +56,25 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+#: The variables the math libraries read their thread counts from (OpenMP, hence torch; MKL, OpenBLAS,
+#: Apple's Accelerate, numexpr, BLIS).
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+)
+
+
+def thread_budget(workers_per_node: int) -> int:
+    """A worker's share of this machine's CPUs: without one, every worker's libraries start a thread per
+    CPU, and N workers oversubscribe the machine N times (torch in two workers on two cores: 1.35x the
+    wall of a hand-written Pool that sets one thread each)."""
+    return max(1, cpu_count() // max(1, workers_per_node))
+
+
 def default_process_count() -> int:
     """ParallelRunStep's default: one worker per GPU on a GPU machine, else one per CPU."""
     return len(gpu_ids()) or cpu_count()

@@ -148,6 +148,15 @@ class WorkerFields(_Section):
         description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count.",
         json_schema_extra=TRIGGER,
     )
+    threads_per_worker: int | None = Field(
+        None,
+        ge=1,
+        description="Threads each worker's math libraries may use (OMP_NUM_THREADS, MKL_NUM_THREADS, "
+        "OPENBLAS_NUM_THREADS and the like, set before the entry script is imported; torch and numpy read them). "
+        "Default on the local backend: the node's CPUs shared among its workers, at least 1; on Ray, what Ray "
+        "gives each actor. A variable set in environment_variables or in the caller's environment wins.",
+        json_schema_extra=TRIGGER,
+    )
     logging_level: LoggingLevel = Field(
         "INFO",
         description="Level of the root logger in workers: DEBUG, INFO, WARNING (or WARN), ERROR, CRITICAL.",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 
 from ..config.model import ParallelRunConfig
-from ..host import default_process_count, gpu_ids
+from ..host import THREAD_VARIABLES, default_process_count, gpu_ids, thread_budget
 from ..protocol import WorkerSpec
 from .base import PoolSettings, WorkerPool
 
@@ -21,11 +22,12 @@ def make_pool(
         environment: the workers' extra environment variables, with their values resolved.
     """
     gpus = gpu_ids()
+    per_node = config.process_count_per_node or len(gpus) or default_process_count()
     settings = PoolSettings(
         node_count=config.node_count,
-        process_count_per_node=config.process_count_per_node or len(gpus) or default_process_count(),
+        process_count_per_node=per_node,
         make_spec=make_spec,
-        environment=dict(environment),
+        environment={**thread_environment(config, per_node, environment), **environment},
         gpu_ids=gpus,
         memory_limit=config.memory_limit_bytes,
         shutdown_timeout=config.shutdown_seconds,
@@ -37,3 +39,14 @@ def make_pool(
     from .local.pool import LocalWorkerPool
 
     return LocalWorkerPool(settings)
+
+
+def thread_environment(config: ParallelRunConfig, per_node: int, environment: Mapping[str, str]) -> dict[str, str]:
+    """The thread-count variables each worker gets (`threads_per_worker`, else on the local backend its share
+    of the node's CPUs; Ray already gives an actor the threads of its CPUs), but for those the step's
+    `environment` or this process's environment set, which win."""
+    threads = config.threads_per_worker
+    if threads is None and config.backend == "ray":
+        return {}
+    count = str(threads or thread_budget(per_node))
+    return {name: count for name in THREAD_VARIABLES if name not in environment and name not in os.environ}

@@ -258,7 +258,7 @@ class _StepRun:
             return RunStatus.SUCCEEDED, "every mini-batch was reused from earlier runs"
         self.run.make_output_dir()
         pool = pool or scope.enter_context(self.workers.pool())
-        with self.workers.monitor(pool):
+        with self.workers.monitor(pool, self.log):
             write_plan = self._write_plan if counters.planning else None
             policy = self.config.driver_policy()
             driver = Driver(policy, self.run.ledger, pool, pending, counters, self.report, self.termination, write_plan)

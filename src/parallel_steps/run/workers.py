@@ -6,9 +6,11 @@ resource monitor that watches them. The step orchestrates; this is where a worke
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from ..config.model import ParallelRunConfig
 from ..config.secrets import resolved_environment, secret_values
+from ..host import THREAD_VARIABLES
 from ..pool.base import WorkerPool, node_id_of
 from ..pool.factory import make_pool
 from ..protocol import WorkerSpec
@@ -28,6 +30,19 @@ class RunWorkers:
         (the storage settings too: the run's, as the driver opens URLs with them)."""
         environment = {**resolved_environment(self.config), **storage_options.current().to_environment()}
         return make_pool(self.config, self.spec, environment)
+
+    @staticmethod
+    def log_threads(pool: WorkerPool, log: logging.Logger) -> None:
+        """Say in the run's log how many threads each worker's math libraries use, when the pool sets them."""
+        environment = pool.settings.environment
+        set_here = [f"{name}={environment[name]}" for name in THREAD_VARIABLES if name in environment]
+        if set_here:
+            log.info(
+                "%d worker(s) per node, threads per worker: %s (threads_per_worker; a variable the step or the "
+                "environment sets wins)",
+                pool.settings.process_count_per_node,
+                ", ".join(set_here),
+            )
 
     def spec(self, node_index: int, node_id: str, process_name: str) -> WorkerSpec:
         config, run = self.config, self.run
@@ -52,8 +67,10 @@ class RunWorkers:
             fingerprint_mode=config.reuse_fingerprint,
         )
 
-    def monitor(self, pool: WorkerPool) -> contextlib.AbstractContextManager[object]:
-        """The resource monitor over the pool's processes (`resource_monitor_interval`; 0: none)."""
+    def monitor(self, pool: WorkerPool, log: logging.Logger) -> contextlib.AbstractContextManager[object]:
+        """The resource monitor over the pool's processes (`resource_monitor_interval`; 0: none); the run's log
+        first says how many threads each worker's math libraries use."""
+        self.log_threads(pool, log)
         interval = self.config.resource_monitor_interval
         if not interval:
             return contextlib.nullcontext()
