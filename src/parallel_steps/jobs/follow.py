@@ -4,7 +4,7 @@ front end prints of a run is `report/text.py`.
 
     front end: RunHooks (progress, warn, launched) -> the CLI's stderr, a task log, a Prefect artifact
         ^
-    Follower(run_dir).wait() / wait_async()   each poll: run_state.run_status (a worker thread when async)
+    Follower(run_dir).wait() / wait_async()   each poll: state.run_status (a worker thread when async)
         |   cannot read it now (ParallelStepsError: a Jobs API 502, the network) -> warn, try again;
         |   only a Ray 404 means the job is unknown, and run_status reports that run Failed
         |   stop() gives a reason -> cancel the run, once
@@ -80,7 +80,7 @@ class Follower:
         hooks: where progress and warnings go.
         interval: seconds between two polls.
         retry: try again when the status cannot be read (default); False raises that error.
-        read, request_cancel: how the run's state is read and its cancel requested (`run_state`'s).
+        read, request_cancel: how the run's state is read and its cancel requested (`state.py`'s).
     """
 
     def __init__(

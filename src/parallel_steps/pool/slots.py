@@ -10,7 +10,7 @@ and the texts of losses. On Ray one call carries several mini-batches (they shar
 which of them runs is known when the call carries one, or when the worker says so
 (`told_running`); until then the call as a whole has a deadline, and a loss is blamed on
 none of them (`unattributed`). Pure: no processes, no Ray, time is passed in. The pools
-(local.py, ray_pool.py) start, kill and listen; this module only decides, in the manner of
+(local/pool.py, ray/pool.py) start, kill and listen; this module only decides, in the manner of
 Ray Data's `_ActorPool`, whose bookkeeping is apart from the operator that runs actors.
 """
 

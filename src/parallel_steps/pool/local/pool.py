@@ -12,9 +12,9 @@ mini-batch it runs and since when, so a deadline counts from the real start,
 and a sentinel (pidfd) firing the moment it dies maps to exactly that
 mini-batch; the others it held go back unstarted. `node_count > 1` simulates
 nodes on one machine. What each worker holds and the rules for it are its books
-(slots.py); deadlines and the memory limit are the watchdog's (local_watchdog.py);
-one process and its socket are a `WorkerProcess` (local_process.py), the frames on
-the socket local_frames.py's.
+(slots.py); deadlines and the memory limit are the watchdog's (watchdog.py);
+one process and its socket are a `WorkerProcess` (process.py), the frames on
+the socket frames.py's.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One local worker process as the pool sees it: started, written to without blocking, killed.
 
 Only the local pool's loop touches a `WorkerProcess`. The worker side of the socket is
-`local_worker.py`, the frames on it `local_frames.py`; the marker (`marker.py`) says which
+`worker_main.py`, the frames on it `frames.py`; the marker (`marker.py`) says which
 mini-batch it runs, and the books (`slots.Slot`) what it holds.
 """
 

@@ -5,9 +5,9 @@ then drives a `WorkerRuntime` in its main thread (entry scripts that install sig
 handlers keep working). Each call runs several mini-batches (`run_many`) and returns
 their outcomes together. Messages it sends while a call is still going (a mini-batch
 that runs long, items loaded, a changed hang timeout, memory above the limit, the end
-of a mini-batch said to run: ray_watch.py) go through one small `Mailbox` actor
-(ray_mailbox.py), so the pool waits on a single extra ref; the end of each call is
-noted where the pool finds it after the actor died (ray_ends.py). Workers write their logs
+of a mini-batch said to run: watch.py) go through one small `Mailbox` actor
+(mailbox.py), so the pool waits on a single extra ref; the end of each call is
+noted where the pool finds it after the actor died (ends.py). Workers write their logs
 and output parts straight into the run directory, which every node must mount at the
 same path.
 """
@@ -51,7 +51,7 @@ class ParallelStepsWorker:
         self._mailbox, self._ends_path, self._memory_limit, self._cwd = mailbox, ends_path, memory_limit, cwd
         self._runtime: WorkerRuntime | None = None
         self._watch: Watch | None = None
-        self._ends: FileEnds | MailboxEnds | None = None  # where each call's end is noted (ray_ends.py)
+        self._ends: FileEnds | MailboxEnds | None = None  # where each call's end is noted (ends.py)
         self._dump_file: TextIO | None = None
 
     def start(self) -> WorkerReady | WorkerInitFailed:
@@ -86,7 +86,7 @@ class ParallelStepsWorker:
     def run_many(self, call: int, attempts: list[tuple[MiniBatch, int, float | None]]) -> list[tuple[int, Outcome]]:
         """(mini-batch, attempt, run() timeout) triples in order, in the pool's call number `call`; returns their
         (index, outcome) pairs. What the pool must hear of before the call returns, the watch tells it
-        (ray_watch.py). Each call's end is noted (ray_ends.py), and the next call starts once the note is in."""
+        (watch.py). Each call's end is noted (ends.py), and the next call starts once the note is in."""
         runtime, watch, ends = self._started()
         ends.wait()
         results: list[tuple[int, Outcome]] = []

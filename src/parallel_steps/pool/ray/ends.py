@@ -4,7 +4,7 @@ then not blame the loss on a call that ended (`ray_handle.RayActorHandle.died_af
 
 On the driver's machine the note is the call's number written over a small file in the run directory: one
 `pwrite`, which the pool reads from the same page cache. An actor on another machine sends it to the mailbox
-(ray_mailbox.py) and waits for it before its next call: an actor call, 0.5-2.5 ms of the mailbox's CPU (on 2
+(mailbox.py) and waits for it before its next call: an actor call, 0.5-2.5 ms of the mailbox's CPU (on 2
 busy cores, a CPU-bound run's calls of a few mini-batches made that 7% of its wall), but another machine's
 writes to a shared filesystem may reach the driver's late when their writer was killed. A machine is known
 by its address (`ray_nodes.RayNodes.here`): a node in a container with the host's network but a mount of the

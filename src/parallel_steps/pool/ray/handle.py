@@ -1,7 +1,7 @@
 """One Ray actor as the Ray pool sees it: its books (`slots.Slot`: the mini-batches it was sent and the
 calls that carry them, the deadline of the one it runs, why the pool gives it up) and the calls to it.
 
-Only the pool's loop touches a handle (as `local_process.WorkerProcess` on the local side); the actor
+Only the pool's loop touches a handle (as `pool/local/process.py`'s `WorkerProcess` on the local side); the actor
 itself is `ray_actor.ParallelStepsWorker`. Ray's cost is per call (about half a millisecond of the
 driver's time here, against tens of microseconds per mini-batch in a call of a hundred), so what the
 driver submits goes out as few calls as keep the actor busy: gathered while a call waits behind the
@@ -57,7 +57,7 @@ class RayActorHandle:
     call_size: int = 1  # the next call's most mini-batches: doubles from one up to CALL_MAX
     calls: int = 0  # calls made so far: each call's number
     numbers: dict[Any, int] = field(default_factory=dict)  # the calls whose results are not taken: ref -> number
-    ends_path: str | None = None  # where the actor notes each call's end, on the driver's machine (ray_ends.py)
+    ends_path: str | None = None  # where the actor notes each call's end, on the driver's machine (ends.py)
 
     @classmethod
     def start(
@@ -74,7 +74,7 @@ class RayActorHandle:
     ) -> RayActorHandle:
         """Start the worker's actor on `node` (with a GPU of it when `gpu`), never restarted by Ray (the
         pool replaces lost workers itself), and call its start(). `here`: the node is on the driver's machine,
-        where the actor notes the end of its calls in a file (ray_ends.py)."""
+        where the actor notes the end of its calls in a file (ends.py)."""
         ends = ends_file(spec.parts_dir, info.node_id, info.process_name) if here else None
         actor = actor_class.options(
             num_cpus=0,

@@ -1,6 +1,6 @@
 """The mailbox of a Ray pool: one small actor on the driver's node that holds what worker actors post while
-their calls run (ray_watch.py), until the pool takes it, and the last call each of them on another
-machine than the driver's ended (ray_ends.py).
+their calls run (watch.py), until the pool takes it, and the last call each of them on another
+machine than the driver's ended (ends.py).
 
 A module of its own, importing nothing of the worker: its actor's process imports only this.
 """
@@ -44,6 +44,6 @@ class Mailbox:
     async def sync(self, worker_id: str) -> tuple[int, list[tuple[str, ActorPost]], int]:
         """How many take() calls have returned, what was posted since the last (everything posted before this
         call is in one or the other: ray_refs.RayRefs.catch_up), and the last call `worker_id` noted as ended (0:
-        none; always for an actor on the driver's machine, which notes in a file: ray_ends.py)."""
+        none; always for an actor on the driver's machine, which notes in a file: ends.py)."""
         messages, self._messages = self._messages, []
         return self._taken, messages, self._ended.get(worker_id, 0)

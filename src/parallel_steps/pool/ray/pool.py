@@ -6,19 +6,19 @@
 
 Ray owns the transport, node membership and GPU assignment; this module keeps the
 contract of the local pool. What the driver submits goes to each actor in as few calls
-of several mini-batches as keep it busy (Ray's cost is per call: ray_handle.py).
+of several mini-batches as keep it busy (Ray's cost is per call: handle.py).
 An actor's death (a crash, a kill after a timeout, its node leaving the cluster) maps
 to the one mini-batch it was running when the pool knows which: a call of one, or
-one the actor said it runs (ray_watch.py). When it does not (the actor died among
+one the actor said it runs (watch.py). When it does not (the actor died among
 the quick mini-batches of a call), the loss names none: the driver gives them all
 back unstarted, and each runs again in a call of its own, where a loss is blamed on
 it (`_suspects`). Ray does not report a dead actor's process exit code, so
 `Lost.exit_code` is None here (the config refuses `retryable_exit_codes` with the
 Ray backend).
 
-Beside the loop: each actor as the pool sees it (ray_handle.py), the refs it waits
-on and the mailbox (ray_refs.py), which node serves which node index (ray_nodes.py),
-and stopping the actors at the end (ray_shutdown.py).
+Beside the loop: each actor as the pool sees it (handle.py), the refs it waits
+on and the mailbox (refs.py), which node serves which node index (nodes.py),
+and stopping the actors at the end (shutdown.py).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class RayWorkerPool(WorkerPool):
         return events
 
     def _send(self) -> None:
-        """What was submitted goes to the actors whose calls run low, as few calls as it takes (ray_handle.py)."""
+        """What was submitted goes to the actors whose calls run low, as few calls as it takes (handle.py)."""
         for handle in self._handles.values():
             for ref in handle.send(self._suspects):
                 self._refs.add(ref, Answers.RUN, handle.info.id)

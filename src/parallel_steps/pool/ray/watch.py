@@ -9,7 +9,7 @@ the pool must know, it is told, through the mailbox:
   counts its deadline from its start and blames a loss on it. One whose script changes its hang timeout
   says so at once (`WorkerHangTimeout`), which says it runs too.
 - once a mini-batch is said to run, what happens to it goes at once (items loaded, a hang timeout, memory
-  above the limit), and the actor tells its end (`WorkerEnded`, ray_actor.py) before it starts the next.
+  above the limit), and the actor tells its end (`WorkerEnded`, actor.py) before it starts the next.
 - a call of one mini-batch needs no saying: the call is the pool's news that it runs, as before.
 
 faulthandler writes the stacks of a run() past its deadline: armed per call for the sum of its timeouts
