@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.run.step import run_step
-from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
+from parallel_steps.worker.runtime import side_inputs_dir
 
 from .conftest import CLI, cli, output_lines
 
@@ -126,8 +126,8 @@ def test_side_inputs_and_models_from_the_store_reach_the_script_as_local_copies(
     assert summary["status"] == "Succeeded", summary["status_reason"]
     weights, scale, where = output_lines(summary)[0].split(" ", 2)
     assert (weights, scale) == ("42", "7")
-    assert where.startswith(str(SIDE_INPUTS_DIR))
-    assert not (SIDE_INPUTS_DIR / summary["run_id"]).exists()  # the copies go with the run
+    assert where.startswith(str(side_inputs_dir()))
+    assert not (side_inputs_dir() / summary["run_id"]).exists()  # the copies go with the run
 
 
 def test_missing_url_is_one_line_naming_it(tmp_path, store, write_script):

@@ -10,7 +10,7 @@ from support import folders, markers, output_lines, write_entry_script
 
 from parallel_steps import FileDataset, ParallelRunConfig
 from parallel_steps.run.step import run_step
-from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
+from parallel_steps.worker.runtime import side_inputs_dir
 
 SHAPES = ["mnist", "iris", "file_partitions", "oj_sales", "oj_sales_hive"]
 
@@ -81,6 +81,6 @@ def test_every_node_gets_the_models_and_run_gets_its_context(ray_cluster, tmp_pa
     seen = markers(tmp_path / "markers")
     assert sorted(seen) == ["node0-process000", "node1-process000"]
     for marker in seen.values():  # a node-local copy of the model, as for side inputs
-        assert marker["model"].startswith(str(SIDE_INPUTS_DIR))
+        assert marker["model"].startswith(str(side_inputs_dir()))
         assert Path(marker["model"]).name == "model"
-    assert not (SIDE_INPUTS_DIR / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run
+    assert not (side_inputs_dir() / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run

@@ -23,7 +23,7 @@ from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import ConfigError
 from parallel_steps.pool.ray.nodes import RayNodes
 from parallel_steps.run.step import run_step
-from parallel_steps.worker.runtime import SIDE_INPUTS_DIR
+from parallel_steps.worker.runtime import side_inputs_dir
 
 
 def _config(tmp_path: Path, names: list[str], **fields) -> ParallelRunConfig:
@@ -119,11 +119,11 @@ def test_workers_spread_over_nodes_with_worker_environment_side_inputs_and_logs(
         assert marker["user_var"] == "yes"
         # The script gets a node-local copy of the side input, in its arguments and from EntryScript.
         assert marker["side_input"] == marker["model_arg"]
-        assert marker["side_input"].startswith(str(SIDE_INPUTS_DIR))
+        assert marker["side_input"].startswith(str(side_inputs_dir()))
         assert Path(marker["side_input"]).name == "model"
-        assert marker["labels"].startswith(str(SIDE_INPUTS_DIR))
+        assert marker["labels"].startswith(str(side_inputs_dir()))
         assert marker["label"] == "cat"
-    assert not (SIDE_INPUTS_DIR / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run
+    assert not (side_inputs_dir() / Path(summary["run_dir"]).name).exists()  # removed from the nodes after the run
     logs = Path(summary["run_dir"]) / "logs"
     for key in seen:
         node, process = key.split("-")

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     import cProfile
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
-SIDE_INPUTS_DIR = Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
 _MODELS = ".models"  # models' copies beside side inputs' (no side input name starts with a dot)
 
 
@@ -281,7 +280,7 @@ def _import_script(script: Path) -> ModuleType:
 def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
     """Copy side inputs and models once to this machine and point the spec (and arguments naming side
     inputs) at the copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may
-    not share a filesystem). Copies live under SIDE_INPUTS_DIR/<run id>/<name>/ (models under
+    not share a filesystem). Copies live under side_inputs_dir()/<run id>/<name>/ (models under
     .models/<name>/), removed when the run ends."""
     root = side_inputs_root(spec)
     side_inputs = _copies(spec.side_inputs, root, copy_paths)
@@ -307,9 +306,16 @@ def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, 
     return {name: copy_once(path, root / name) for name, path in wanted.items()}
 
 
+def side_inputs_dir() -> Path:
+    """Where every run's side-input copies go on this machine. Asked when needed, not when the module is
+    imported: the first question for the temporary folder writes a probe file in it (tempfile's check that
+    it is writable), which a worker killed at that moment would leave behind."""
+    return Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
+
+
 def side_inputs_root(spec: WorkerSpec) -> Path:
     """This run's folder of side-input copies on a machine (the run folder holds `parts_dir`)."""
-    return SIDE_INPUTS_DIR / Path(spec.parts_dir).parent.name
+    return side_inputs_dir() / Path(spec.parts_dir).parent.name
 
 
 def copies_root(spec: WorkerSpec, copy_paths: bool) -> Path | None:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from ..slots import Slot
 from .frames import PoolEnd
 from .marker import Marker
 
+#: The temporary folder the driver resolved, for its local workers (worker_main.py): asked for it themselves,
+#: they would each write tempfile's probe file in it, which a worker killed at that moment leaves behind.
+TMPDIR_VARIABLE = "PARALLEL_STEPS_TMPDIR"
+_TEMPORARY = ("TMPDIR", "TEMP", "TMP")  # a step that sets one of these has its workers resolve their own
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding parallel_steps/
 
 
@@ -46,6 +51,8 @@ class WorkerProcess:
         what it starts) and queue its spec, the first thing it reads."""
         env = {**os.environ, **environment}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        if not any(name in environment for name in _TEMPORARY):
+            env[TMPDIR_VARIABLE] = tempfile.gettempdir()
         parent_end, child_end = socket.socketpair()
         marker = Marker.create()
         command = [

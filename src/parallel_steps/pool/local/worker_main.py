@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from ...protocol import (
 from ...worker.runtime import InitError, WorkerRuntime, localize_side_inputs
 from .frames import WorkerEnd
 from .marker import Marker
+from .process import TMPDIR_VARIABLE
 
 _PARENT_POLL_S = 0.5
 _BATCH_S = 0.02  # the longest a finished result waits for company
@@ -85,6 +87,7 @@ class _Outbox:
 
 
 def main(fd: int, parent_pid: int, marker_fd: int) -> int:
+    tempfile.tempdir = os.environ.get(TMPDIR_VARIABLE) or tempfile.tempdir  # as the driver resolved it
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
     conn, marker = WorkerEnd(socket.socket(fileno=fd)), Marker(marker_fd)
     spec = conn.recv()
