@@ -1,5 +1,5 @@
 """The host: the one platform check (parallel-steps runs on Linux only), and what this machine offers
-workers (GPU ids, the default process count).
+workers (GPU ids, the default process count, each worker's share of the CPUs).
 
 The local pool waits on workers through `os.pidfd_open`, run roots and side-input copies are
 locked with `fcntl.flock`, and `parallel-steps node` ties `ray start` to its parent with

@@ -119,7 +119,7 @@ def driver_ended(run_dir: Path, summary: Mapping[str, Any]) -> tuple[str, str] |
 
 def _ended(summary: Mapping[str, Any], ray_job: Mapping[str, str] | None) -> tuple[str, str] | None:
     if ray_job:
-        from .ray_job import job_ended
+        from .ray_job import job_ended  # Ray is imported only for runs that use it
 
         return job_ended(ray_job)
     if not driver_alive(dict(summary)):

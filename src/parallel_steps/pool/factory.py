@@ -33,7 +33,7 @@ def make_pool(
         shutdown_timeout=config.shutdown_seconds,
     )
     if config.backend == "ray":
-        from .ray.pool import RayWorkerPool
+        from .ray.pool import RayWorkerPool  # Ray is imported only by runs that use it
 
         return RayWorkerPool(settings, config.ray_address, config.first_task_creation_timeout)
     from .local.pool import LocalWorkerPool

@@ -38,7 +38,7 @@ class Downloads:
         if ahead is not None:
             ahead[1].result()
         else:
-            from ..storage.fetch import fetch_all
+            from ..storage.fetch import fetch_all  # asyncio and fsspec: only for a step whose files are URLs
 
             fetch_all(pairs)
         return local
