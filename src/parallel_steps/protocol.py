@@ -79,6 +79,7 @@ class WorkerSpec:
     logging_level: str = "INFO"
     profile: bool = False
     fingerprint_mode: str = "stat"
+    read_ahead: int = 0  # bytes: the next mini-batch's input is read while one runs when it is no larger
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Outcome:
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
     checks: bytes | None = None  # with a check of each file's size and mtime (or hash), for the ledger
     no_space: str | None = None  # the file its rows could not be written to for lack of space: the run stops
+    input_s: float = 0.0  # of `duration`, the time spent waiting for the input (read, or its read ahead ending)
 
     def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
@@ -109,6 +111,7 @@ class Outcome:
             self.fingerprint,
             self.checks,
             self.no_space,
+            self.input_s,
         )
 
 

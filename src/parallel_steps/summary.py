@@ -96,6 +96,7 @@ class RunSummary(dict[str, Any]):
     attempts_retried = _Key[int]()
     workers_started = _Key[int]()
     shutdown_cut_off = _Key[list[str]]()  # workers whose shutdown() was killed after the bound
+    worker_time = _Key[dict[str, Any]]()  # shares of the workers' time in run(), waiting for input, idle (driver/)
     append_row_format = _Key[str | None]()  # what the output file holds: text (ParallelRunStep's), csv, parquet, jsonl
     rows_written = _Key[int]()  # rows (elements run() returned) in the output file; 0 before it is assembled
     output_bytes = _Key[int | None]()  # size of the output file; None when there is none

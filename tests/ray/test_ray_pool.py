@@ -166,6 +166,30 @@ def test_logical_gpus_are_pinned_one_per_worker_and_a_replacement_takes_the_free
     assert summary["workers_started"] == 7
 
 
+def test_workers_per_gpu_puts_that_many_workers_on_each_logical_gpu(ray_cluster, tmp_path):
+    """2 GPUs per node, 4 workers per node, 2 per GPU: each GPU of each node is seen by two workers, and each
+    worker sees only its own (Ray's num_gpus=0.5)."""
+    write_entry_script(
+        tmp_path,
+        """
+        def init():
+            _write_marker()
+
+        def run(mini_batch):
+            _wait_for_markers(8)
+            return [os.path.basename(p) for p in mini_batch]
+    """,
+    )
+    names = make_inputs(tmp_path / "data", [f"f{i:02d}.txt" for i in range(16)])
+    summary = run_step(_config(tmp_path, names, node_count=2, process_count_per_node=4, workers_per_gpu=2))
+
+    assert output_lines(summary) == names
+    seen = markers(tmp_path / "markers")
+    for node in ("node0", "node1"):
+        gpus = sorted(m["env"]["CUDA_VISIBLE_DEVICES"] for k, m in seen.items() if k.startswith(node))
+        assert gpus == ["0", "0", "1", "1"]
+
+
 def test_crashes_timeouts_errors_and_memory_are_retried_with_every_row_once(ray_cluster, worker_machine, tmp_path):
     """The fault table on Ray: each planned fault fails the first attempt only; the output is exactly once."""
     write_entry_script(

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .types import (
+    MAX_WORKERS_PER_GPU,
     TRIGGER,
     Arguments,
     AzureName,
@@ -21,6 +22,7 @@ from .types import (
     PartitionKeys,
     Patterns,
     Size,
+    SizeOrZero,
     StepName,
     StorageOptions,
 )
@@ -148,6 +150,15 @@ class WorkerFields(_Section):
         description="Worker processes per node; default the GPU count on a GPU machine, else the CPU count.",
         json_schema_extra=TRIGGER,
     )
+    workers_per_gpu: int = Field(
+        1,
+        ge=1,
+        le=MAX_WORKERS_PER_GPU,
+        description="Workers that share each GPU (as Ray's num_gpus=1/N), for a model that leaves its GPU idle while "
+        "one worker reads or waits. Each sees only its GPU (CUDA_VISIBLE_DEVICES); on a GPU machine the default "
+        "process_count_per_node becomes GPUs x this.",
+        json_schema_extra=TRIGGER,
+    )
     threads_per_worker: int | None = Field(
         None,
         ge=1,
@@ -155,6 +166,12 @@ class WorkerFields(_Section):
         "OPENBLAS_NUM_THREADS and the like, set before the entry script is imported; torch and numpy read them). "
         "Default on the local backend: the node's CPUs shared among its workers, at least 1; on Ray, what Ray "
         "gives each actor. A variable set in environment_variables or in the caller's environment wins.",
+        json_schema_extra=TRIGGER,
+    )
+    read_ahead: SizeOrZero = Field(
+        "256MB",
+        description="While run() works on one mini-batch, the worker reads the next one queued to it (a table slice, "
+        "or the files named by URLs) when it is no larger than this (bytes or 64MB); 0 turns reading ahead off.",
         json_schema_extra=TRIGGER,
     )
     logging_level: LoggingLevel = Field(

@@ -131,6 +131,18 @@ class ParallelRunConfig(
         return None if self.worker_memory_limit is None else parse_size(self.worker_memory_limit)
 
     @property
+    def read_ahead_bytes(self) -> int:
+        return 0 if self.read_ahead is None else parse_size(self.read_ahead)
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether workers read the next mini-batch while one runs: tables, and files named by URLs (local files
+        have nothing to read: run() gets their paths)."""
+        if not self.read_ahead_bytes:
+            return False
+        return self.is_tabular or any("://" in path for dataset in self.inputs for path in dataset.path)
+
+    @property
     def shutdown_seconds(self) -> float:
         return self.shutdown_timeout or self.run_invocation_timeout
 
@@ -164,7 +176,7 @@ class ParallelRunConfig(
             hang_detection=self.hang_detection,
             progress_timeout=self.progress_timeout,
             termination_grace=self.termination_grace,
-            prefetch=not self.is_tabular and any("://" in path for dataset in self.inputs for path in dataset.path),
+            read_ahead=self.reads_ahead,
         )
 
     def pool_config(self) -> PoolConfig:

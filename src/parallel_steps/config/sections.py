@@ -56,7 +56,7 @@ class DriverPolicy:
     hang_detection: bool
     progress_timeout: float  # progress_update_timeout, or its default
     termination_grace: float = 20.0  # how long a canceled run takes at most to stop (driver/termination.py)
-    prefetch: bool = False  # files named by URLs: each worker holds one more mini-batch, whose files it fetches ahead
+    read_ahead: bool = False  # each worker holds one more mini-batch, whose input it reads while one runs
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ TRIGGER: JsonDict = {"trigger_overridable": True}
 _LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # Python's logging takes both names
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
+MAX_WORKERS_PER_GPU = 16  # more processes than this on one GPU would mostly hold copies of the model
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
 _INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
@@ -90,7 +91,11 @@ def _dataset(item: Any, where: str) -> Dataset:
 
 
 def _named_paths(value: Any, info: ValidationInfo) -> dict[str, str]:
-    """A mapping of name -> path (a list of paths is named after the files); names are checked."""
+    """A mapping of name -> path (a list of paths, or one path, is named after the files); names are checked."""
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    if value is not None and not isinstance(value, (dict, list, tuple)):
+        raise ValueError(f"{value!r} is not a mapping of NAME: PATH (or a list of paths)")
     if isinstance(value, (list, tuple)):
         if not all(isinstance(p, (str, os.PathLike)) for p in value):
             raise ValueError(f"{value!r} is not a list of paths (or use NAME: PATH)")
@@ -146,7 +151,7 @@ def _level(value: Any) -> Any:
     return _LEVEL_ALIASES.get(value.strip().upper(), value.strip().upper())
 
 
-def _size(value: Any) -> Any:
+def _size(value: Any, minimum: int = 1) -> Any:
     if value is None or value == "":
         return None
     if isinstance(value, str) and value.strip().isdigit():
@@ -155,9 +160,13 @@ def _size(value: Any) -> Any:
         size = parse_size(value)
     except (ValueError, TypeError):
         raise ValueError(f"{value!r} is not a size ({_SIZE_HINT})") from None
-    if size < 1:
-        raise ValueError(f"{value!r} must be at least 1")
+    if size < minimum:
+        raise ValueError(f"{value!r} must be at least {minimum}")
     return value.strip() if isinstance(value, str) else value
+
+
+def _size_or_zero(value: Any) -> Any:
+    return _size(value, minimum=0)
 
 
 def _file_name(value: str) -> str:
@@ -186,6 +195,7 @@ EnvironmentVariables = Annotated[dict[str, str], BeforeValidator(_environment)]
 StorageOptions = Annotated[dict[str, dict[str, Any]], BeforeValidator(_storage_options)]
 PartitionKeys = Annotated[list[str] | None, BeforeValidator(_keys)]
 Size = Annotated[int | str | None, BeforeValidator(_size)]
+SizeOrZero = Annotated[int | str | None, BeforeValidator(_size_or_zero)]  # 0 turns off what it bounds
 LoggingLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_level)]
 FileName = Annotated[str, AfterValidator(_file_name)]
 Patterns = Annotated[list[str], AfterValidator(_patterns)]

@@ -7,12 +7,14 @@ termination.py  the termination contract: every phase of a canceled run ends wit
 faults.py    which failed attempts are retried; errors grouped by signature
 health.py    thresholds, the init() policy, no-progress timeouts
 progress.py  progress snapshots and job events to files and callbacks
+worker_time.py  each worker's time in run(), waiting for input, and idle
 """
 
 from .dispatch import Driver
 from .health import threshold_breach
 from .progress import EventCallback, ProgressCallback, Reporter
 from .termination import Termination
+from .worker_time import WorkerTime
 
 __all__ = [
     "Driver",
@@ -20,5 +22,6 @@ __all__ = [
     "ProgressCallback",
     "Reporter",
     "Termination",
+    "WorkerTime",
     "threshold_breach",
 ]

@@ -81,12 +81,13 @@ class Driver:
         settings = pool.settings
         self.health = JobHealth(policy, counters, self.errors, settings.node_count, settings.process_count_per_node)
         self.outcomes = Outcomes(ledger, counters, self.retries, self.errors, self.health, report)
+        self.worker_time = report.worker_time
         self._pending = pending
         self._write_plan = write_plan  # None once the plan is complete
         self._planned: collections.deque[MiniBatch] = collections.deque()  # written, after `pending`
-        # Files named by URLs: a worker holds two mini-batches behind the one that runs, so that the next one's
-        # files are always being fetched while run() works (worker/downloads.py).
-        self._prefetch = policy.prefetch
+        # Reading ahead: a worker holds two mini-batches behind the one that runs, so that the next one's input
+        # is always being read while run() works (worker/read_ahead.py).
+        self._read_ahead = policy.read_ahead
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
@@ -121,6 +122,7 @@ class Driver:
         except JobStopped as stop:
             status, reason = RunStatus(stop.status), str(stop)
             self.report.emit("threshold_exceeded" if status == RunStatus.FAILED else "job_canceled", reason=reason)
+        self.worker_time.end_all(time.time())
         self.outcomes.commit()
         self.report.progress(self.progress())
         self.report.emit("job_finished", status=status, reason=reason)
@@ -174,10 +176,10 @@ class Driver:
         the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
         runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
         if self._log_duration is None:
-            return 3 if self._prefetch else 2
+            return 3 if self._read_ahead else 2
         typical = math.exp(self._log_duration)
         if typical >= 0.05:
-            return 3 if self._prefetch else 1
+            return 3 if self._read_ahead else 1
         return max(2, min(1024, int(0.05 / typical) + 1))
 
     def _dispatch(self) -> None:
@@ -206,6 +208,7 @@ class Driver:
             starting = self.health.worker_ready(worker)
             self._ready[worker.id] = worker
             self._queued[worker.id] = collections.deque()
+            self.worker_time.ready(worker.id, time.time())
             self.report.emit(  # starting_s: a timeline's start-up bar
                 "worker_started", worker=worker.id, pid=worker.pid, gpu=worker.gpu, starting_s=round(starting, 3)
             )
@@ -239,6 +242,7 @@ class Driver:
             raise disk_full(outcome.no_space)
         items = outcome.items if outcome.items is not None else current.items
         current.started = outcome.started
+        self.worker_time.attempt(event.worker.id, outcome.duration, outcome.input_s)
         sample = math.log(max(outcome.duration, 1e-6))
         self._log_duration = sample if self._log_duration is None else 0.9 * self._log_duration + 0.1 * sample
         if outcome.ok:
@@ -258,8 +262,10 @@ class Driver:
             self._retry.appendleft((unstarted.mini_batch, unstarted.attempt))
         self._replace(worker, event.reason, event.detail)
         self.log.warning("%s lost (%s): %s; starting a replacement", worker.id, event.reason, event.detail)
+        self.worker_time.ended(worker.id, time.time())
         if current is not None:
             duration = time.time() - current.started
+            self.worker_time.attempt(worker.id, duration, 0.0)
             reason, detail, code = event.reason, event.detail, event.exit_code
             if self.outcomes.failed(worker, current, current.items, reason, detail, code, duration, reason):
                 self._retry.append((current.mini_batch, current.attempt + 1))

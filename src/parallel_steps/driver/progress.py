@@ -11,6 +11,7 @@ from typing import Any
 
 from ..store.logs import RunLogs
 from ..summary import RunSummary, timestamp
+from .worker_time import WorkerTime
 
 ProgressCallback = Callable[[RunSummary], None]
 EventCallback = Callable[[dict[str, Any]], None]
@@ -19,7 +20,8 @@ _EVERY_S = 2.0
 
 
 class Reporter:
-    """Reports a run's progress (at most every two seconds, and when forced) and its events (all)."""
+    """Reports a run's progress (at most every two seconds, and when forced) and its events (all), and adds up
+    where the workers' time went (one per step: over its restarts)."""
 
     def __init__(
         self,
@@ -31,6 +33,7 @@ class Reporter:
         self.logs, self.log = logs, log
         self.on_progress, self.on_event = on_progress, on_event
         self._last = 0.0
+        self.worker_time = WorkerTime()
 
     def due(self) -> bool:
         return time.monotonic() - self._last >= _EVERY_S

@@ -40,6 +40,7 @@ class PoolSettings:
     make_spec: Callable[[int, str, str], WorkerSpec]
     environment: dict[str, str]
     gpu_ids: list[str]
+    workers_per_gpu: int = 1
     memory_limit: int | None = None
     shutdown_timeout: float = 60.0
     main_node_address: str = "127.0.0.1"

@@ -22,13 +22,14 @@ def make_pool(
         environment: the workers' extra environment variables, with their values resolved.
     """
     gpus = gpu_ids()
-    per_node = config.process_count_per_node or len(gpus) or default_process_count()
+    per_node = config.process_count_per_node or len(gpus) * config.workers_per_gpu or default_process_count()
     settings = PoolSettings(
         node_count=config.node_count,
         process_count_per_node=per_node,
         make_spec=make_spec,
         environment={**thread_environment(config, per_node, environment), **environment},
         gpu_ids=gpus,
+        workers_per_gpu=config.workers_per_gpu,
         memory_limit=config.memory_limit_bytes,
         shutdown_timeout=config.shutdown_seconds,
     )

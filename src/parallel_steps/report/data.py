@@ -47,6 +47,7 @@ def page_data(records: RunRecords, max_bars: int = MAX_BARS) -> dict[str, Any]:
         slowest=_slowest(records),
         errors=error_groups(records),
         resources=_resources(records, notes),
+        worker_time=records.summary.get("worker_time"),
         notes=notes,
     )
 

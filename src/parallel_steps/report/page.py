@@ -31,6 +31,7 @@ def page(data: dict[str, Any], data_json: str, bokeh_js: str, version: str, writ
             "<main>",
             *_heading(data),
             *_OVER_TIME,
+            *_worker_time(data["worker_time"]),
             *_durations(data["durations"]),
             *_slowest(data["slowest"]),
             *_errors(data["errors"], s["run_dir"]),
@@ -110,6 +111,36 @@ _OVER_TIME = [
     '  <div class="chart" id="over-time"></div>',
     "",
 ]
+
+
+def _worker_time(times: dict[str, Any] | None) -> list[str]:
+    """Each worker's time since it was ready: in run(), waiting for its input, idle (driver/worker_time.py)."""
+    if not times or not times["workers"]:
+        return []
+    rows = [(worker, t["alive_s"], t["run_s"], t["input_s"], t["idle_s"]) for worker, t in times["workers"].items()]
+    total = ("all workers", *(sum(row[i] for row in rows) for i in range(1, 5)))
+    return [
+        "  <h2>Where the workers' time went</h2>",
+        '  <p class="muted">From each worker being ready (its init() done) to its end: in run() (and writing what it',
+        "    returned), waiting for its input (read while the previous mini-batch ran, or read when it started), idle",
+        "    (nothing to run, or waiting for the driver).</p>",
+        '  <table id="worker-time">',
+        '    <tr><th>worker</th><th class="num">ready for</th><th class="num">run()</th>'
+        '<th class="num">waiting for input</th><th class="num">idle</th><th>shares</th></tr>',
+        *(_worker_time_row(*row) for row in [*rows, total]),
+        "  </table>",
+        "",
+    ]
+
+
+def _worker_time_row(worker: str, alive: float, run: float, waiting: float, idle: float) -> str:
+    shares = [value / alive if alive else 0.0 for value in (run, waiting, idle)]
+    bar = "".join(
+        f'<span class="{kind}" style="width:{share:.1%}"></span>'
+        for kind, share in zip(("run", "input", "idle"), shares)
+    )
+    cells = "".join(f'<td class="num">{_e(seconds(v))} ({s:.0%})</td>' for v, s in zip((run, waiting, idle), shares))
+    return f'    <tr><td><code>{_e(worker)}</code></td><td class="num">{_e(seconds(alive))}</td>{cells}<td class="shares">{bar}</td></tr>'
 
 
 def _durations(durations: dict[str, Any] | None) -> list[str]:

@@ -189,8 +189,7 @@ class _StepRun:
         self.log = log = logs.master_logger(run.run_id)
         self.report = Reporter(logs, log, self.on_progress, self.on_event)
         log.info("run %s of step %s in %s", run.run_id, self.config.name, run.path)
-        if self.config.ignored_fields:
-            ignored = ", ".join(self.config.ignored_fields)
+        if ignored := ", ".join(self.config.ignored_fields):
             log.info("%s: accepted as ParallelRunConfig takes them, no effect here", ignored)
         if not self.plan.counters.planning and self.termination.reason is None:  # a plan canceled is no plan
             _log_plan(self.plan, self.run.resumed, self.log)
@@ -306,6 +305,7 @@ class _StepRun:
                 report_url=None,
                 metrics_logged=run.logs.count_metrics(),
                 shutdown_cut_off=self.shutdown_cut_off,
+                worker_time=self.report.worker_time.summary(),
                 restarts=self.restarts,
                 job_result=str(run.logs.job_result),
                 config=public_config(self.config),

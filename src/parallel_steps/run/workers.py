@@ -65,6 +65,7 @@ class RunWorkers:
             logging_level=config.logging_level,
             profile=config.profiling_module == "cProfile",
             fingerprint_mode=config.reuse_fingerprint,
+            read_ahead=config.read_ahead_bytes if config.reads_ahead else 0,
         )
 
     def monitor(self, pool: WorkerPool, log: logging.Logger) -> contextlib.AbstractContextManager[object]:

@@ -265,11 +265,16 @@ def journal_line(
     started: float,
     duration: float,
     pid: int,
+    input_s: float,
+    read_during: int | None,
 ) -> str:
-    """One line of a worker's journal (`logs/sys/node/<node>/processNNN.txt`)."""
+    """One line of a worker's journal (`logs/sys/node/<node>/processNNN.txt`): `input` is the part of `duration`
+    spent waiting for the input; `read_ahead_during=K` says it was read while mini-batch K ran."""
+    ahead = f" read_ahead_during={read_during}" if read_during is not None else ""
     return (
         f"{timestamp(started)} pid={pid} mini_batch={index} attempt={attempt} items={items}"
-        f" succeeded={succeeded} failed={failed} {'ok' if ok else 'error'} duration={duration:.3f}s\n"
+        f" succeeded={succeeded} failed={failed} {'ok' if ok else 'error'} duration={duration:.3f}s"
+        f" input={input_s:.3f}s{ahead}\n"
     )
 
 

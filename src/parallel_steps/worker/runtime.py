@@ -27,7 +27,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..inputs.fingerprints import file_tokens, fingerprint_of, local_tokens
-from ..inputs.loaders import load
 from ..inputs.members import token_checks
 from ..inputs.minibatch import MiniBatch
 from ..masking import mask_urls
@@ -40,6 +39,7 @@ from . import entry_script
 from .context import MiniBatchContext, wants_context
 from .downloads import Downloads
 from .hooks import worker_hooks
+from .read_ahead import ReadAhead
 
 if TYPE_CHECKING:
     import cProfile
@@ -60,7 +60,8 @@ class WorkerRuntime:
         self._error_file: TextIO | None = None  # opened by start(), as is the journal
         self._journal: TextIO | None = None
         self._spool: Spool | None = None
-        self._downloads = Downloads(prefix=f"parallel-steps-{spec.process_name}-")
+        self._inputs = ReadAhead(Downloads(prefix=f"parallel-steps-{spec.process_name}-"), spec.read_ahead)
+        self._read_during: tuple[int, int] | None = None  # (read ahead, the mini-batch that ran meanwhile)
         self._pid = os.getpid()  # in every journal line: a system call each, were it asked
 
     def start(self) -> None:
@@ -104,13 +105,25 @@ class WorkerRuntime:
             text = self._log_error("init()", exc)
             raise InitError(text) from None
 
-    def run(self, mini_batch: MiniBatch, attempt: int, on_loaded: Callable[[int], None] | None = None) -> Outcome:
-        """One attempt of one mini-batch: load, run(), append the rows to this worker's spool.
+    def run(
+        self,
+        mini_batch: MiniBatch,
+        attempt: int,
+        on_loaded: Callable[[int], None] | None = None,
+        upcoming: MiniBatch | None = None,
+    ) -> Outcome:
+        """One attempt of one mini-batch: load, run(), append the rows to this worker's spool. The input of
+        `upcoming`, the mini-batch queued next, is read while run() works (worker/read_ahead.py).
         Call `flush([outcome])` before the outcome leaves the worker."""
         started = time.time()
-        items = mini_batch.items
+        items, input_s, during = mini_batch.items, 0.0, None
         try:
-            data = load(mini_batch, self._downloads.localize)
+            data, ahead = self._inputs.take(mini_batch)
+            input_s = time.time() - started
+            if ahead and self._read_during and self._read_during[0] == mini_batch.index:
+                during = self._read_during[1]
+            if upcoming is not None and self._inputs.start(upcoming) is not None:
+                self._read_during = (upcoming.index, mini_batch.index)
             items = count_rows(data)
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)
@@ -134,14 +147,10 @@ class WorkerRuntime:
                 error=self._log_error(f"run() {mini_batch_tag(mini_batch.index)} attempt {attempt}", exc),
             )
         finally:
-            self._downloads.release(mini_batch)
-        outcome.started, outcome.duration = started, time.time() - started
-        self._journal_line(mini_batch, attempt, outcome)
+            self._inputs.release(mini_batch)
+        outcome.started, outcome.duration, outcome.input_s = started, time.time() - started, input_s
+        self._journal_line(mini_batch, attempt, outcome, during)
         return outcome
-
-    def prefetch(self, mini_batch: MiniBatch) -> None:
-        """Fetch the files of the mini-batch queued next (named by URLs) while the current one runs."""
-        self._downloads.prefetch(mini_batch)
 
     def flush(self, outcomes: Iterable[Outcome] = ()) -> None:
         """Make what the reported `outcomes` point at readable: their output slices and log lines.
@@ -178,7 +187,7 @@ class WorkerRuntime:
         if self._spool:
             with where_it_fits():  # what a full disk kept out of it was reported as not written
                 self._spool.close()
-        self._downloads.close()
+        self._inputs.close()
 
     # Internals ------------------------------------------------------------------
 
@@ -238,7 +247,7 @@ class WorkerRuntime:
             error_file.flush()
         return text
 
-    def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome) -> None:
+    def _journal_line(self, mini_batch: MiniBatch, attempt: int, outcome: Outcome, read_during: int | None) -> None:
         items = outcome.items if outcome.items is not None else "?"
         succeeded = min(outcome.returned, outcome.items or outcome.returned) if outcome.ok else 0
         failed = (outcome.items or 0) - succeeded if outcome.items is not None else "?"
@@ -253,6 +262,8 @@ class WorkerRuntime:
                 outcome.started,
                 outcome.duration,
                 self._pid,
+                outcome.input_s,
+                read_during,
             )
         )
 

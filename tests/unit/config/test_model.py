@@ -126,6 +126,9 @@ def test_several_bad_fields_are_listed_on_one_line():
         ({"name": "Bad_Name"}, "name: 'Bad_Name' is not a valid step name"),
         ({"side_inputs": {"../up": "x"}}, "side_inputs: '../up' is not a valid name"),
         ({"models": {"a/b": "x"}}, "models: 'a/b' is not a valid name"),
+        ({"side_inputs": True}, "side_inputs: True is not a mapping of NAME: PATH"),  # found by the CLI property test
+        ({"read_ahead": "1 lorry"}, "read_ahead: '1 lorry' is not a size"),
+        ({"workers_per_gpu": 17}, "workers_per_gpu: 17 is not valid"),
         ({"append_row_file_name": "out/x.txt"}, "append_row_file_name: 'out/x.txt' must be a file name"),
         ({"retryable_errors": ["("]}, "retryable_errors: '(' is not a valid regex"),
         ({"environment_variables": {"A=B": "1"}}, "environment_variables: 'A=B' is not a valid variable"),

@@ -64,7 +64,10 @@ class LocalWorkerPool(WorkerPool):
         super().__init__(settings)
         self._handles: dict[str, WorkerProcess] = {}
         self._events: collections.deque[Event] = collections.deque()
-        self._free_gpus = {n: list(settings.gpu_ids) for n in range(settings.node_count)}
+        # Per node, how many more workers each GPU takes (workers_per_gpu each, at first)
+        self._gpu_places = [
+            dict.fromkeys(settings.gpu_ids, settings.workers_per_gpu) for _ in range(settings.node_count)
+        ]
         self._poller = select.poll()  # registered once per descriptor, not rebuilt per wait
         self._by_fd: dict[int, tuple[str, WorkerProcess]] = {}
         self._watchdog = Watchdog(settings.memory_limit)
@@ -80,8 +83,7 @@ class LocalWorkerPool(WorkerPool):
 
     def _spawn(self, node: int, slot: int) -> None:
         info = self._new_worker(node, slot)
-        gpus = self._free_gpus[node]
-        gpu = gpus.pop(0) if gpus else None
+        gpu = self._take_gpu(node)
         spec = self.settings.make_spec(node, info.node_id, info.process_name)
         self._side_input_copies = copies_root(spec, copy_paths=False)
         environment = self.settings.worker_environment(node, info.process_name, gpu)
@@ -211,11 +213,18 @@ class LocalWorkerPool(WorkerPool):
         )
         self._events.append(Lost(handle.info, slot.blame(), slot.loss or LossReason.CRASHED, exit_code, detail))
 
+    def _take_gpu(self, node: int) -> str | None:
+        """The node's GPU with the most places left (the first of them), for a new worker; None when all are taken."""
+        places = self._gpu_places[node]
+        gpu = max(places, key=places.__getitem__, default=None)
+        if gpu is None or not places[gpu]:
+            return None
+        places[gpu] -= 1
+        return gpu
+
     def _free_gpu(self, info: WorkerInfo) -> None:
         if info.gpu is not None:
-            gpus = self._free_gpus[info.node_index]
-            gpus.append(info.gpu)
-            gpus.sort(key=self.settings.gpu_ids.index)
+            self._gpu_places[info.node_index][info.gpu] += 1
 
     # Closing -------------------------------------------------------------------------------
 

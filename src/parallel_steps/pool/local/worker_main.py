@@ -121,10 +121,9 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
             break
         mini_batch, attempt = queue.popleft()
         outbox.index, outbox.attempt = mini_batch.index, attempt
-        if queue:
-            runtime.prefetch(queue[0][0])  # its files named by URLs are fetched while this one runs
         marker.set(mini_batch.index, time.monotonic())
-        outcome = runtime.run(mini_batch, attempt, on_loaded=outbox.loaded)
+        upcoming = queue[0][0] if queue else None  # its input is read while this one runs
+        outcome = runtime.run(mini_batch, attempt, on_loaded=outbox.loaded, upcoming=upcoming)
         marker.clear()
         outbox.add(mini_batch.index, outcome)
         # A failure is reported at once; results wait for company only while mini-batches are quick. A quick

@@ -94,10 +94,10 @@ class ParallelStepsWorker:
         watch.call([timeout for _, _, timeout in attempts])
         try:
             for position, (mini_batch, attempt, _) in enumerate(attempts):
-                if position + 1 < len(attempts):
-                    runtime.prefetch(attempts[position + 1][0])  # its files named by URLs come while this one runs
+                upcoming = attempts[position + 1][0] if position + 1 < len(attempts) else None  # read meanwhile
                 watch.begin(position, mini_batch.index, attempt)
-                results.append((mini_batch.index, runtime.run(mini_batch, attempt, on_loaded=watch.loaded)))
+                outcome = runtime.run(mini_batch, attempt, on_loaded=watch.loaded, upcoming=upcoming)
+                results.append((mini_batch.index, outcome))
                 if watch.end(position):
                     told = self._tell_end(runtime, mini_batch.index, attempt, results, told)
         finally:

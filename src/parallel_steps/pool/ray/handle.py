@@ -65,25 +65,25 @@ class RayActorHandle:
         actor_class: Any,
         info: WorkerInfo,
         node: RayNode,
-        gpu: bool,
+        gpus: float,
         spec: WorkerSpec,
         environment: dict[str, str],
         mailbox: Any,
         memory_limit: int | None,
         here: bool,
     ) -> RayActorHandle:
-        """Start the worker's actor on `node` (with a GPU of it when `gpu`), never restarted by Ray (the
+        """Start the worker's actor on `node` (with that share of one of its GPUs), never restarted by Ray (the
         pool replaces lost workers itself), and call its start(). `here`: the node is on the driver's machine,
         where the actor notes the end of its calls in a file (ends.py)."""
         ends = ends_file(spec.parts_dir, info.node_id, info.process_name) if here else None
         actor = actor_class.options(
             num_cpus=0,
-            num_gpus=1 if gpu else 0,
+            num_gpus=gpus,
             max_restarts=0,
             max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.ray_id, soft=False),
-        ).remote(info.id, spec, environment, gpu, mailbox, ends, memory_limit, os.getcwd())
-        return cls(info, actor, node, spec.logs, gpu, start_ref=actor.start.remote(), ends_path=ends)
+        ).remote(info.id, spec, environment, gpus > 0, mailbox, ends, memory_limit, os.getcwd())
+        return cls(info, actor, node, spec.logs, gpus > 0, start_ref=actor.start.remote(), ends_path=ends)
 
     def send(self, alone: Container[int]) -> list[Any]:
         """Call the actor with what was submitted, in order, once it holds no call but the one it runs (while

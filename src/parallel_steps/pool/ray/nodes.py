@@ -34,19 +34,20 @@ class RayNode:
     index: int
     ray_id: str
     address: str
-    gpus_free: int
+    gpus: int
     lost: bool = False
+    gpu_workers: int = 0  # workers holding a share of a GPU
 
-    def take_gpu(self) -> bool:
-        """Reserve one of the node's free GPUs for a new worker; False when none is free."""
-        gpu = self.gpus_free > 0
-        self.gpus_free -= gpu
+    def take_gpu(self, workers_per_gpu: int) -> bool:
+        """Reserve a share of one of the node's GPUs (1/workers_per_gpu) for a new worker; False when none is left."""
+        gpu = self.gpu_workers < self.gpus * workers_per_gpu
+        self.gpu_workers += gpu
         return gpu
 
     def give_back_gpu(self) -> None:
-        """A worker that had a GPU ended: Ray hands it to the replacement (unless the node left)."""
+        """A worker that had a GPU share ended: Ray hands it to the replacement (unless the node left)."""
         if not self.lost:
-            self.gpus_free += 1
+            self.gpu_workers -= 1
 
 
 class RayNodes:

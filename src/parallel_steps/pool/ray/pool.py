@@ -101,7 +101,7 @@ class RayWorkerPool(WorkerPool):
     def _spawn(self, node_index: int, slot: int) -> None:
         node = self._nodes[node_index]
         info = self._new_worker(node_index, slot)
-        gpu = node.take_gpu()
+        gpu = node.take_gpu(self.settings.workers_per_gpu)
         spec = self.settings.make_spec(node_index, info.node_id, info.process_name)
         self._side_inputs_root = copies_root(spec, copy_paths=True)
         environment = self.settings.worker_environment(node_index, info.process_name, None)
@@ -109,7 +109,15 @@ class RayWorkerPool(WorkerPool):
             del environment["CUDA_VISIBLE_DEVICES"]  # Ray sets it to the GPU it reserved
         here = node.address in self._nodes.here
         handle = self._handles[info.id] = RayActorHandle.start(
-            self._actor_class, info, node, gpu, spec, environment, self._refs.mailbox, self.settings.memory_limit, here
+            self._actor_class,
+            info,
+            node,
+            1 / self.settings.workers_per_gpu if gpu else 0,
+            spec,
+            environment,
+            self._refs.mailbox,
+            self.settings.memory_limit,
+            here,
         )
         self._refs.add(handle.start_ref, Answers.START, info.id)
 
