@@ -158,3 +158,40 @@ def test_sigterm_cancels_gracefully_and_a_second_one_stops_at_once(tmp_path, wri
     else:  # killed in run()
         assert succeeded == 0
     assert_nothing_left(tmp_path)
+
+
+CLI = [sys.executable, "-m", "parallel_steps.cli"]
+
+
+def test_a_worker_ends_after_shutdown_with_its_exit_handlers_run_and_its_output_flushed(tmp_path):
+    """Workers end without the interpreter's teardown (a second with torch loaded), but as a normal exit would:
+    the entry script's atexit handlers run, and what it printed or logged last is in its logs."""
+    (tmp_path / "data").mkdir()
+    for i in range(4):
+        (tmp_path / "data" / f"f{i}.txt").write_text(f"{i}\n")
+    (tmp_path / "score.py").write_text(
+        "import atexit, logging, os\n"
+        "from pathlib import Path\n"
+        "from parallel_steps import EntryScript\n"
+        "def init():\n"
+        "    name = EntryScript().agent_name\n"
+        "    atexit.register(lambda: Path('exited', name).write_text('atexit ran'))\n"
+        "def run(mini_batch):\n"
+        "    return mini_batch\n"
+        "def shutdown():\n"
+        "    print('last words', end='')  # no newline, not flushed\n"
+        "    EntryScript().logger.info('logged at shutdown')\n"
+    )
+    (tmp_path / "exited").mkdir()
+    done = subprocess.run(
+        [*CLI, "run", "--entry-script", "score.py", "--input", "data", "--process-count-per-node", "1", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "exited" / "process000").read_text() == "atexit ran"
+    logs = Path(json.loads(done.stdout)["run_dir"], "logs", "user")
+    assert (logs / "stdout" / "node0" / "process000.stdout.txt").read_text().endswith("last words")
+    assert "logged at shutdown" in (logs / "entry_script_log" / "node0" / "process000.log.txt").read_text()

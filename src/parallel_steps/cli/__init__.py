@@ -10,16 +10,14 @@ Exit status: 0 the run succeeded (or was reused), 1 it failed or was canceled,
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
 from ..errors import ParallelStepsError, first_line
-from ..host import require_linux
+from ..host import end_process, require_linux
 from ..version import __version__
 
 
@@ -67,18 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def console() -> NoReturn:
     """`parallel-steps` and `python -m parallel_steps.cli`: `main()`, then the process ends without the
-    interpreter's teardown, which frees every module and object one by one (40-80 ms after a run, most
-    of it pydantic's) for nothing a user needs: the command has closed what it wrote by then. The output
-    is flushed and the exit handlers run (logging's, Ray's); with a thread still running, the exit is
-    the usual one, which waits for it."""
-    code = main()
-    if threading.active_count() > 1:
-        sys.exit(code)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe, a closed stream: nothing to flush
-            stream.flush()
-    atexit._run_exitfuncs()  # what the interpreter's own exit would run
-    os._exit(code)
+    interpreter's teardown (host.end_process)."""
+    end_process(main())
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ...host import end_process
 from ...inputs.minibatch import MiniBatch
 from ...protocol import (
     FromWorker,
@@ -136,4 +137,4 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
+    end_process(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))  # once shutdown() ran: no teardown
