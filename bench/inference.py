@@ -320,13 +320,12 @@ def report(workload: str, count: int, workers: int, runs: dict[str, list[dict]])
             f"  parallel-steps / {other:9} {statistics.median(ratios):.2f}x  "
             f"(rounds {min(ratios):.2f}-{max(ratios):.2f})"
         )
-    shares = [r["worker_time"] for r in runs["parallel-steps"] if r.get("worker_time")]
-    if shares:
-        keys = ("run_share", "input_share", "idle_share")
-        run, waiting, idle = (statistics.median(s[key] or 0 for s in shares) for key in keys)
-        print(
-            f"  parallel-steps run.json worker_time: run() {run:.0%}, waiting for input {waiting:.1%}, idle {idle:.0%}"
-        )
+    for side in ("parallel-steps", NO_READ_AHEAD):
+        shares = [r["worker_time"] for r in runs.get(side, []) if r.get("worker_time")]
+        if shares:
+            keys = ("run_share", "input_share", "idle_share")
+            run, waiting, idle = (statistics.median(s[key] or 0 for s in shares) for key in keys)
+            print(f"  {side} run.json worker_time: run() {run:.0%}, waiting for input {waiting:.2%}, idle {idle:.0%}")
     print(f"  Ray Data tuning: {RAY_TUNING[workload]}")
 
 

@@ -15,6 +15,10 @@ Azurite from .venvs/azurite) on loopback ports and stops them at the end.
             (goal <= 1.3x), each the median of 3 rounds that take them in turn.
   ranges    a 50 MB Parquet file of 10 row groups read as 10 mini-batches through a counting proxy:
             bytes fetched (planning and workers) against the file's size (goal <= 1.2x).
+  read-ahead  a Parquet table of `--read-ahead` row groups of 2 MB on moto behind a proxy that adds 30 ms to
+            every request (a store farther than loopback), each mini-batch's run() 0.3 s of CPU work, 2
+            workers: the default `read_ahead` against `read_ahead: 0`, alternating; walls and the share of
+            the workers' time spent waiting for input (run.json's worker_time).
 """
 
 import argparse
@@ -212,6 +216,57 @@ def compare_ranges(moto, work):
         proxy.down()
 
 
+READ_AHEAD_SCRIPT = """
+import time
+
+def run(frame):
+    end = time.process_time() + 0.3  # a model's CPU work
+    while time.process_time() < end:
+        pass
+    return frame[["id"]]
+"""
+
+
+def compare_read_ahead(moto, work, row_groups, repeat):
+    proxy = FaultProxy(moto.port)
+    proxy.latency_s = 0.03
+    try:
+        store = s3_store(proxy.endpoint, "read-ahead")
+        rows = 250_000 * row_groups
+        table = pa.table({"id": np.arange(rows), "x": np.random.default_rng(0).random(rows)})
+        path = work / "ahead.parquet"
+        pq.write_table(table, path, row_group_size=250_000, compression="none")
+        store.put(path, "t", "ahead.parquet")
+        (work / "busy.py").write_text(READ_AHEAD_SCRIPT)
+        fields = dict(
+            entry_script=str(work / "busy.py"),
+            inputs=[{"type": "tabular", "path": store.url("t")}],
+            mini_batch_size=pq.ParquetFile(path).metadata.row_group(0).total_byte_size,
+            process_count_per_node=2,
+            run_root=str(work / "runs"),
+            allow_reuse=False,
+            report=False,
+            resource_monitor_interval=0,
+            storage_options=store.storage_options(),
+        )
+        walls, waits = {"on": [], "off": []}, {"on": [], "off": []}
+        for _ in range(repeat):
+            for side, size in (("on", "256MB"), ("off", 0)):
+                start = time.perf_counter()
+                summary = run_step(ParallelRunConfig(**fields, read_ahead=size, output=str(work / f"ahead-{side}")))
+                walls[side].append(time.perf_counter() - start)
+                waits[side].append(summary["worker_time"]["input_share"])
+        on, off = statistics.median(walls["on"]), statistics.median(walls["off"])
+        print(
+            f"read-ahead: {row_groups} mini-batches of 2 MB, 30 ms a request, 0.3 s of work each: "
+            f"read_ahead on {on:.2f} s (waiting for input {statistics.median(waits['on']):.1%}), "
+            f"off {off:.2f} s (waiting {statistics.median(waits['off']):.1%}); on/off {on / off:.2f}x",
+            flush=True,
+        )
+    finally:
+        proxy.down()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=5000)
@@ -219,6 +274,7 @@ def main() -> None:
     parser.add_argument("--plan-objects", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ranges", type=int, default=1, help="0 leaves the Parquet range reads out")
+    parser.add_argument("--read-ahead", type=int, default=20, help="row groups of the read-ahead table; 0: none")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, started_servers(Path(tmp)) as (moto, azurite):
         work = Path(tmp)
@@ -248,6 +304,8 @@ def main() -> None:
             compare_planning(s3, "plan", args.plan_objects)
         if args.ranges:
             compare_ranges(moto, work)
+        if args.read_ahead:
+            compare_read_ahead(moto, work, args.read_ahead, args.repeat)
 
 
 if __name__ == "__main__":

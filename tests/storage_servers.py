@@ -142,6 +142,7 @@ class FaultProxy:
     def __init__(self, upstream_port: int):
         self.upstream_port, self.port = upstream_port, free_port()
         self.fail_every = 0
+        self.latency_s = 0.0  # added before each request is forwarded: a store farther away than loopback
         self.fail_methods: set[str] = set()
         self.failed = 0
         self.requests: list[tuple[str, str]] = []
@@ -238,6 +239,8 @@ class _ForwardingHandler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
+        if self.owner.latency_s:
+            time.sleep(self.owner.latency_s)
         if self.owner._should_fail(self.command):
             payload = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
             self.send_response(503, "Slow Down")
