@@ -10,8 +10,10 @@ instead of a worker's traceback.
 
 from __future__ import annotations
 
+import _io
 import atexit
 import contextlib
+import gc
 import os
 import shutil
 import subprocess
@@ -84,13 +86,14 @@ def default_process_count() -> int:
     return len(gpu_ids()) or cpu_count()
 
 
-def end_process(code: int) -> NoReturn:
+def end_process(code: int, close_files: bool = False) -> NoReturn:
     """End this process without the interpreter's teardown, which frees every module and object one by one for
     nothing anyone needs once the process has closed what it wrote: 40-80 ms after a CLI run (most of it
     pydantic's), over a second in a worker holding a torch model (sentence-transformers: 1.1 s here), which
     the run's end waits for. The output is flushed and the exit handlers run (logging's, Ray's, an entry
-    script's), as in a normal exit; with a thread still running that is not a daemon, the exit is the usual
-    one, which waits for it."""
+    script's), as in a normal exit; with `close_files` (a worker: user code ran here), so are the files left
+    open, as their finalizers would in the teardown. With a thread still running that is not a daemon, the
+    exit is the usual one, which waits for it."""
     main = threading.main_thread()
     if any(thread is not main and not thread.daemon for thread in threading.enumerate()):
         sys.exit(code)
@@ -98,4 +101,32 @@ def end_process(code: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe, a closed stream: nothing to flush
             stream.flush()
     atexit._run_exitfuncs()  # what the interpreter's own exit would run
+    if close_files:
+        _close_open_files()
     os._exit(code)
+
+
+def _close_open_files() -> None:
+    """Close every file object still open (an entry script may never close what it writes, and a normal exit's
+    teardown would), the outer ones first: a text or gzip wrapper writes its last bytes
+    into the file it wraps as it closes. One pass over the objects the collector tracks: 60 ms with a torch
+    model loaded."""
+    objects = gc.get_objects()
+    # The C base of every file class, text, binary or raw: issubclass of io.IOBase, an ABC, is 50x slower
+    kinds = {kind for kind in set(map(type, objects)) if issubclass(kind, _io._IOBase)}
+    streams = {sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__}
+    standard = {id(layer) for stream in streams for layer in (stream, *_layers(stream))}
+    files = [obj for obj in objects if type(obj) in kinds and id(obj) not in standard]
+    while files:
+        inner = {id(getattr(obj, name, None)) for obj in files for name in ("buffer", "raw", "fileobj")}
+        outer = [obj for obj in files if id(obj) not in inner] or files  # a cycle of wrappers: all at once
+        for obj in outer:
+            with contextlib.suppress(Exception):  # a file that cannot be written any more: as the teardown would
+                obj.close()
+        files = [obj for obj in files if id(obj) in inner] if len(outer) < len(files) else []
+
+
+def _layers(stream: object) -> list[object]:
+    """The buffer and raw file under a text stream (left open: the process writes to them until its end)."""
+    buffer = getattr(stream, "buffer", None)
+    return [buffer, getattr(buffer, "raw", None)]

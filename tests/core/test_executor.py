@@ -1,5 +1,6 @@
 """The core executor on the local backend: exactly-once output under faults, thresholds, GPUs, logs."""
 
+import gzip
 import json
 import os
 import re
@@ -293,9 +294,9 @@ class TestParallelRunStepCompatibility:
     def test_a_file_the_entry_script_leaves_open_is_written_when_its_worker_exits(
         self, tmp_path, make_files, write_script, monkeypatch
     ):
-        """Never closed and held in a reference cycle, the file is finalized only by the garbage collection at
-        the worker's exit, which flushes what it buffered: a worker exits through the interpreter's whole
-        teardown (`os._exit`, or `gc.freeze()` even before the script loads, would lose the text)."""
+        """Never closed and held in a reference cycle, the file is finalized only at the worker's exit, which
+        flushes what it buffered. A worker skips the interpreter's teardown (a second with torch loaded) but
+        closes the files left open, wrappers first: a gzip file left open is whole too."""
         make_files(2)
         monkeypatch.setenv("LEFT_OPEN", str(tmp_path))
         write_script(
@@ -303,17 +304,22 @@ class TestParallelRunStepCompatibility:
             "class Holder:\n"
             "    def __init__(self, path):\n"
             "        self.file, self.me = open(path, 'w'), self\n"
+            "import gzip\n"
             "def init():\n"
-            "    global holder\n"
+            "    global holder, zipped\n"
             "    holder = Holder(os.path.join(os.environ['LEFT_OPEN'], f'left-open-{os.getpid()}.txt'))\n"
+            "    zipped = gzip.open(os.path.join(os.environ['LEFT_OPEN'], 'left-open.gz'), 'wt')\n"
             "def run(mini_batch):\n"
             "    holder.file.write(''.join(open(p).read() for p in mini_batch))\n"
+            "    zipped.write(''.join(open(p).read() for p in mini_batch))\n"
             "    return mini_batch\n"
         )
         summary = run_step(step(process_count_per_node=1))
         assert summary["status"] == "Succeeded"
         [left_open] = tmp_path.glob("left-open-*.txt")
         assert left_open.read_text().split() == ["0", "1"]
+        with gzip.open(tmp_path / "left-open.gz", "rt") as zipped:
+            assert zipped.read().split() == ["0", "1"]
 
     def test_the_resource_usage_counts_the_processes_a_worker_started(self, make_files, write_script):
         make_files(2)

@@ -137,4 +137,4 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    end_process(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))  # once shutdown() ran: no teardown
+    end_process(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])), close_files=True)  # no teardown
