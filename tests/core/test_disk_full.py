@@ -153,6 +153,41 @@ def test_a_full_run_directory_fails_the_run_in_one_line_and_a_rerun_resumes(tmp_
     assert_nothing_left(tmp_path)
 
 
+def test_a_full_run_root_fails_the_run_in_one_line_and_a_rerun_resumes(tmp_path, small_disk):
+    """The run root (PARALLEL_STEPS_HOME) itself on the small disk: the run directory fills, and then the run
+    index cannot take the run's end either. One line for the run, one for the index, no traceback; the rerun
+    in the run directory the line names resumes, and the index has its end."""
+    root = small_disk("root")
+    write_inputs(tmp_path, "big.py", BIG_ROWS)
+    command = [
+        sys.executable, "-m", "parallel_steps.cli", "run", "--json", "--entry-script", "big.py", "--input", "data",
+        "--mini-batch-size", "1", "--process-count-per-node", "2", "--output", str(tmp_path / "out"),
+    ]  # fmt: skip
+    env = {**os.environ, TAG: str(tmp_path), "PARALLEL_STEPS_HOME": str(root)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+
+    run_dir = Path(json.loads(done.stdout)["run_dir"])
+    assert run_dir.parent == root
+    assert_failed_for_lack_of_space(done, run_dir)
+    [index_line] = [line for line in done.stderr.splitlines() if "index.sqlite" in line]
+    assert index_line.startswith(f"{root / 'index.sqlite'}: no space left on the device")
+    committed = ledger_whole(run_dir)
+    assert 0 < committed < FILES  # it filled mid-run
+    assert_nothing_left(tmp_path)
+
+    small_disk.grow(root)
+    rerun = subprocess.run(
+        [*command, "--run-dir", str(run_dir)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert_every_row_once(tmp_path / "out" / "parallel_run_step.txt")
+    status = subprocess.run(
+        [sys.executable, "-m", "parallel_steps.cli", "runs", "--json"], capture_output=True, text=True, env=env
+    )
+    assert status.returncode == 0, status.stderr
+    assert [run["status"] for run in json.loads(status.stdout) if run["run_id"] == run_dir.name] == ["Succeeded"]
+
+
 def test_a_full_output_folder_fails_the_run_in_one_line_and_a_rerun_delivers(tmp_path, small_disk):
     output = small_disk("out")
     run_dir = tmp_path / "run"

@@ -13,6 +13,7 @@ to reuse, the plan streams into the running workers instead -> assemble the outp
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -325,7 +326,7 @@ class _StepRun:
             _records_lost(self.run, summary)
         with where_it_fits():
             self.run.logs.close(self.log)
-        index.update(self.run.run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
+        _record_end(index, self.run.run_id, summary)
 
     def _write_records(self, index: RunIndex, summary: RunSummary) -> None:
         run, logs = self.run, self.run.logs
@@ -341,6 +342,22 @@ class _StepRun:
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
         self.log.info("%s: %s", summary.status, summary.status_reason)
+
+
+def _record_end(index: RunIndex, run_id: str, summary: RunSummary) -> None:
+    """The run's row in the index, at its end. Bookkeeping: a disk too full for it leaves the run's result as it
+    is (in its run.json, which whoever reads the run's state looks at first), and says so in one line."""
+    try:
+        index.update(run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
+    except Exception as exc:
+        if not out_of_space(exc):
+            raise
+        logging.getLogger(__name__).warning(
+            "%s: no space left on the device; the run index still says this run is running (its run.json has its "
+            "end: %s)",
+            index.path,
+            summary.status.value,
+        )
 
 
 def _log_plan(plan: RunPlan, resumed: bool, log: Logger) -> None:

@@ -63,9 +63,8 @@ class RunIndex:
     def __init__(self, run_root: Path):
         self.root = Path(run_root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            self.root / "index.sqlite", timeout=60, isolation_level=None, check_same_thread=False
-        )
+        self.path = self.root / "index.sqlite"
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         _use_wal(self._db)
         self._db.executescript(_SCHEMA)
 
