@@ -27,26 +27,29 @@ class ReadAhead:
 
     def __init__(self, downloads: Downloads, limit: int):
         self._downloads, self._limit = downloads, limit
-        self._ahead: tuple[int, Future[Any]] | None = None  # (mini-batch index, its read)
+        self._ahead: tuple[int, Future[Any], int | None] | None = None  # (index, its read, the one that ran then)
         self._pool: ThreadPoolExecutor | None = None
 
-    def start(self, mini_batch: MiniBatch) -> Future[Any] | None:
-        """Read `mini_batch` now, on the thread, if it has anything to read and fits; returns the read, if it does."""
+    def start(self, mini_batch: MiniBatch, during: int | None = None) -> Future[Any] | None:
+        """Read `mini_batch` now, on the thread, if it has anything to read and fits, while mini-batch `during`
+        runs; returns the read, if it does."""
         if self._ahead is not None or not self._worth_it(mini_batch):
             return None
         from concurrent.futures import ThreadPoolExecutor  # a step that reads nothing ahead never imports it
 
         self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="parallel-steps-read-ahead")
         read = self._pool.submit(load, mini_batch, self._downloads.localize)
-        self._ahead = (mini_batch.index, read)
+        self._ahead = (mini_batch.index, read, during)
         return read
 
-    def take(self, mini_batch: MiniBatch) -> tuple[Any, bool]:
-        """What `run()` gets for `mini_batch`, and whether it was read ahead (waited for, if still reading)."""
+    def take(self, mini_batch: MiniBatch) -> tuple[Any, bool, int | None]:
+        """What `run()` gets for `mini_batch`; whether it was read ahead (waited for, if still reading), and
+        while which mini-batch ran."""
         if self._ahead is not None and self._ahead[0] == mini_batch.index:
-            read, self._ahead = self._ahead[1], None
-            return read.result(), True
-        return load(mini_batch, self._downloads.localize), False
+            _, read, during = self._ahead
+            self._ahead = None
+            return read.result(), True, during
+        return load(mini_batch, self._downloads.localize), False, None
 
     def release(self, mini_batch: MiniBatch) -> None:
         """Remove a finished mini-batch's copies of files named by URLs."""

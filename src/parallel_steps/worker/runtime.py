@@ -61,7 +61,6 @@ class WorkerRuntime:
         self._journal: TextIO | None = None
         self._spool: Spool | None = None
         self._inputs = ReadAhead(Downloads(prefix=f"parallel-steps-{spec.process_name}-"), spec.read_ahead)
-        self._read_during: tuple[int, int] | None = None  # (read ahead, the mini-batch that ran meanwhile)
         self._pid = os.getpid()  # in every journal line: a system call each, were it asked
 
     def start(self) -> None:
@@ -118,12 +117,10 @@ class WorkerRuntime:
         started = time.time()
         items, input_s, during = mini_batch.items, 0.0, None
         try:
-            data, ahead = self._inputs.take(mini_batch)
+            data, _, during = self._inputs.take(mini_batch)
             input_s = time.time() - started
-            if ahead and self._read_during and self._read_during[0] == mini_batch.index:
-                during = self._read_during[1]
-            if upcoming is not None and self._inputs.start(upcoming) is not None:
-                self._read_during = (upcoming.index, mini_batch.index)
+            if upcoming is not None:
+                self._inputs.start(upcoming, during=mini_batch.index)
             items = count_rows(data)
             if on_loaded and mini_batch.items is None:
                 on_loaded(items)

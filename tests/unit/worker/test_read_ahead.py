@@ -46,11 +46,11 @@ def test_a_table_slice_read_ahead_is_what_run_would_have_read(tmp_path, temporar
     _, second, third = table_slices(tmp_path)
     inputs = ReadAhead(Downloads("test-"), limit=1 << 20)
     assert inputs.start(second) is not None
-    data, ahead = inputs.take(second)
+    data, ahead, _ = inputs.take(second)
     assert ahead
     pd.testing.assert_frame_equal(data, load(second))
     assert list(data["id"]) == list(range(100, 200))
-    data, ahead = inputs.take(third)  # not read ahead: read when it runs
+    data, ahead, _ = inputs.take(third)  # not read ahead: read when it runs
     assert not ahead
     assert list(data["id"]) == list(range(200, 300))
     inputs.close()
@@ -59,10 +59,10 @@ def test_a_table_slice_read_ahead_is_what_run_would_have_read(tmp_path, temporar
 def test_only_one_mini_batch_is_read_ahead_and_only_the_one_that_runs_next_takes_it(tmp_path, temporary):
     first, second, third = table_slices(tmp_path)
     inputs = ReadAhead(Downloads("test-"), limit=1 << 20)
-    assert inputs.start(second) is not None
+    assert inputs.start(second, during=first.index) is not None
     assert inputs.start(third) is None  # one ahead at a time
     assert inputs.take(first)[1] is False  # the one that runs now is read as it runs; the next one stays ahead
-    assert inputs.take(second)[1] is True
+    assert inputs.take(second)[1:] == (True, first.index)
     inputs.close()
 
 
@@ -89,7 +89,7 @@ def test_files_read_ahead_are_removed_once_their_mini_batch_ran(tmp_path, tempor
     [mini_batch] = url_files(tmp_path)
     inputs = ReadAhead(Downloads("test-"), limit=1 << 20)
     inputs.start(mini_batch)
-    paths, ahead = inputs.take(mini_batch)
+    paths, ahead, _ = inputs.take(mini_batch)
     assert ahead
     assert [open(path).read() for path in paths] == ["0\n", "1\n", "2\n"]
     inputs.release(mini_batch)
