@@ -43,3 +43,34 @@ def test_a_step_that_sets_tmpdir_has_its_workers_resolve_it(folders, tmp_path, m
         environment_variables={"TMPDIR": str(own)},
     )
     assert set(output_lines(run_step(config))) == {str(own)}
+
+
+KILLED_WITH_COPIES = """
+import os, signal
+from pathlib import Path
+
+def run(mini_batch):  # the copies of its objects are on disk: the first worker is killed with them
+    if not Path("killed").exists():
+        Path("killed").touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [os.path.basename(path) for path in mini_batch]
+"""
+
+
+def test_a_worker_killed_with_copies_of_objects_leaves_nothing_in_the_temporary_folder(folders, tmp_path, write_script):
+    resolved, _ = folders
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    names = [f"f{i}.txt" for i in range(6)]
+    for name in names:
+        (objects / name).write_text(name)
+    config = ParallelRunConfig(
+        entry_script=str(write_script(KILLED_WITH_COPIES)),
+        inputs=[f"file://{objects}"],
+        mini_batch_size=3,
+        process_count_per_node=1,
+    )
+    summary = run_step(config)
+    assert summary["attempts_retried"] == 1
+    assert sorted(output_lines(summary)) == names
+    assert list(resolved.iterdir()) == []  # the pool removed the killed worker's copies

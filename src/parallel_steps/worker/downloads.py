@@ -16,13 +16,17 @@ import threading
 from ..inputs.minibatch import MiniBatch
 from ..storage.objects import is_url
 
+#: The folder a worker keeps its copies in, when its pool made it: the local pool removes it once the worker is
+#: gone, which a worker killed with copies on disk cannot do itself. Else the worker makes one when needed.
+FOLDER_VARIABLE = "PARALLEL_STEPS_DOWNLOADS"
+
 
 class Downloads:
     """The download folders of one worker, one per mini-batch, in one temporary folder made when first needed."""
 
     def __init__(self, prefix: str):
         self._prefix = prefix
-        self._root: str | None = None
+        self._root: str | None = os.environ.get(FOLDER_VARIABLE) or None
         self._lock = threading.Lock()
 
     def localize(self, mini_batch: MiniBatch) -> list[str]:

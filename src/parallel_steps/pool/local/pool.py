@@ -202,6 +202,8 @@ class LocalWorkerPool(WorkerPool):
         self._free_gpu(handle.info)
         del self._handles[handle.info.id]
         handle.marker.close()
+        if handle.downloads:  # a killed worker's copies: it could not remove them
+            shutil.rmtree(handle.downloads, ignore_errors=True)
         if self._closed or (previous is WorkerState.STOPPING and slot.loss is None):
             return  # closing, or its init() failed (reported then)
         if previous is WorkerState.STARTING:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...inputs.minibatch import MiniBatch
 from ...protocol import RunAttempts, StopWorker, WorkerInfo, WorkerLogPaths, WorkerSpec
+from ...worker.downloads import FOLDER_VARIABLE
 from ..slots import Slot
 from .frames import PoolEnd
 from .marker import Marker
@@ -44,6 +45,7 @@ class WorkerProcess:
     slot: Slot = field(default_factory=Slot)
     outbox: list[tuple[MiniBatch, int]] = field(default_factory=list)  # submitted, not yet sent
     last_rss: int = 0
+    downloads: str | None = None  # the worker's folder of copies of files named by URLs, removed when it is gone
 
     @classmethod
     def start(cls, info: WorkerInfo, spec: WorkerSpec, environment: dict[str, str]) -> WorkerProcess:
@@ -51,8 +53,10 @@ class WorkerProcess:
         what it starts) and queue its spec, the first thing it reads."""
         env = {**os.environ, **environment}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        downloads = None
         if not any(name in environment for name in _TEMPORARY):
             env[TMPDIR_VARIABLE] = tempfile.gettempdir()
+            env[FOLDER_VARIABLE] = downloads = tempfile.mkdtemp(prefix=f"parallel-steps-{info.process_name}-")
         parent_end, child_end = socket.socketpair()
         marker = Marker.create()
         command = [
@@ -75,7 +79,7 @@ class WorkerProcess:
         child_end.close()
         conn = PoolEnd(parent_end)
         conn.send(spec)
-        return cls(info, process, conn, os.pidfd_open(process.pid), spec.logs, marker)
+        return cls(info, process, conn, os.pidfd_open(process.pid), spec.logs, marker, downloads=downloads)
 
     def observe(self) -> None:
         """Bring the books up to date with the marker: the mini-batch it runs now, and since when."""
