@@ -180,28 +180,40 @@ def compare_planning(store, folder, count):
 # Range requests ---------------------------------------------------------------------------------------
 
 
+def put_table(store, path, rows, row_groups):
+    """A Parquet table of `rows` rows in `row_groups` uncompressed row groups, written at `path` and put under
+    `t/` on the store; the path and the size of one row group (a mini-batch each)."""
+    table = pa.table({"id": np.arange(rows), "x": np.random.default_rng(0).random(rows)})
+    pq.write_table(table, path, row_group_size=rows // row_groups, compression="none")
+    store.put(path, "t", path.name)
+    return path, pq.ParquetFile(path).metadata.row_group(0).total_byte_size
+
+
+def table_step(store, script, mini_batch_size):
+    """The fields of a 2-worker step over the store's `t/` table, with neither report nor monitor."""
+    return dict(
+        entry_script=str(script),
+        inputs=[{"type": "tabular", "path": store.url("t")}],
+        mini_batch_size=mini_batch_size,
+        process_count_per_node=2,
+        run_root=str(script.parent / "runs"),
+        report=False,
+        resource_monitor_interval=0,
+        storage_options=store.storage_options(),
+    )
+
+
 def compare_ranges(moto, work):
     proxy = FaultProxy(moto.port)
     try:
         store = s3_store(proxy.endpoint, "ranges")
-        rows = 3_200_000
-        table = pa.table({"id": np.arange(rows), "x": np.random.default_rng(0).random(rows)})
-        path = work / "big.parquet"
-        pq.write_table(table, path, row_group_size=rows // 10, compression="none")
-        store.put(path, "t", "big.parquet")
+        path, row_group = put_table(store, work / "big.parquet", 3_200_000, 10)
         size = path.stat().st_size
         (work / "ids.py").write_text("def run(frame):\n    return frame[['id']]\n")
         config = ParallelRunConfig(
-            entry_script=str(work / "ids.py"),
-            inputs=[{"type": "tabular", "path": store.url("t")}],
-            mini_batch_size=pq.ParquetFile(path).metadata.row_group(0).total_byte_size,
-            process_count_per_node=2,
+            **table_step(store, work / "ids.py", row_group),
             output=str(work / "ranges-out"),
-            run_root=str(work / "runs"),
             append_row_file_name="ids.parquet",
-            report=False,
-            resource_monitor_interval=0,
-            storage_options=store.storage_options(),
         )
         proxy.reset_counts()
         summary = run_step(config)
@@ -232,23 +244,9 @@ def compare_read_ahead(moto, work, row_groups, repeat):
     proxy.latency_s = 0.03
     try:
         store = s3_store(proxy.endpoint, "read-ahead")
-        rows = 250_000 * row_groups
-        table = pa.table({"id": np.arange(rows), "x": np.random.default_rng(0).random(rows)})
-        path = work / "ahead.parquet"
-        pq.write_table(table, path, row_group_size=250_000, compression="none")
-        store.put(path, "t", "ahead.parquet")
+        _, row_group = put_table(store, work / "ahead.parquet", 250_000 * row_groups, row_groups)
         (work / "busy.py").write_text(READ_AHEAD_SCRIPT)
-        fields = dict(
-            entry_script=str(work / "busy.py"),
-            inputs=[{"type": "tabular", "path": store.url("t")}],
-            mini_batch_size=pq.ParquetFile(path).metadata.row_group(0).total_byte_size,
-            process_count_per_node=2,
-            run_root=str(work / "runs"),
-            allow_reuse=False,
-            report=False,
-            resource_monitor_interval=0,
-            storage_options=store.storage_options(),
-        )
+        fields = dict(**table_step(store, work / "busy.py", row_group), allow_reuse=False)
         walls, waits = {"on": [], "off": []}, {"on": [], "off": []}
         for _ in range(repeat):
             for side, size in (("on", "256MB"), ("off", 0)):

@@ -49,41 +49,32 @@ def journal(summary) -> dict[int, int | None]:
     return {int(m[1]): None if m[2] is None else int(m[2]) for m in found if m}
 
 
-def test_each_table_mini_batch_is_read_while_the_one_before_it_runs(tmp_path, write_script):
-    path, size = table(tmp_path)
+def run_table(tmp_path, write_script, row_groups: int = 4, **fields):
+    """A run of one worker over `table(tmp_path, row_groups)`, a mini-batch per row group."""
+    path, size = table(tmp_path, row_groups)
     write_script(IDS)
-    summary = run_step(
+    inputs = [TabularDataset(path=[str(path)])]
+    return run_step(
         ParallelRunConfig(
-            entry_script="score.py",
-            inputs=[TabularDataset(path=[str(path)])],
-            mini_batch_size=size,
-            process_count_per_node=1,
+            entry_script="score.py", inputs=inputs, mini_batch_size=size, process_count_per_node=1, **fields
         )
     )
+
+
+def test_each_table_mini_batch_is_read_while_the_one_before_it_runs(tmp_path, write_script):
+    summary = run_table(tmp_path, write_script)
     assert journal(summary) == {0: None, 1: 0, 2: 1, 3: 2}
     assert sorted(output_lines(summary), key=int) == [str(i) for i in range(400)]  # every row once
 
 
 def test_read_ahead_zero_reads_each_mini_batch_when_it_runs(tmp_path, write_script):
-    path, size = table(tmp_path)
-    write_script(IDS)
-    summary = run_step(
-        ParallelRunConfig(
-            entry_script="score.py",
-            inputs=[TabularDataset(path=[str(path)])],
-            mini_batch_size=size,
-            process_count_per_node=1,
-            read_ahead=0,
-        )
-    )
+    summary = run_table(tmp_path, write_script, read_ahead=0)
     assert journal(summary) == {0: None, 1: None, 2: None, 3: None}
 
 
 def test_a_mini_batch_larger_than_read_ahead_is_read_when_it_runs(tmp_path, write_script):
-    path, size = table(tmp_path, row_groups=2)
-    write_script(IDS)
-    config = dict(entry_script="score.py", inputs=[TabularDataset(path=[str(path)])], process_count_per_node=1)
-    summary = run_step(ParallelRunConfig(**config, mini_batch_size=size, read_ahead=size - 1))
+    _, size = table(tmp_path, row_groups=2)
+    summary = run_table(tmp_path, write_script, row_groups=2, read_ahead=size - 1)
     assert journal(summary) == {0: None, 1: None}
 
 
