@@ -22,7 +22,8 @@ FOLDER_VARIABLE = "PARALLEL_STEPS_DOWNLOADS"
 
 
 class Downloads:
-    """The download folders of one worker, one per mini-batch, in one temporary folder made when first needed."""
+    """The download folders of one worker, one per mini-batch, in one temporary folder: the pool's
+    (`FOLDER_VARIABLE`), else one made when first needed."""
 
     def __init__(self, prefix: str):
         self._prefix = prefix
@@ -37,11 +38,8 @@ class Downloads:
         fetch_all(pairs)
         return local
 
-    def release(self, mini_batch: MiniBatch) -> None:
-        """Remove a finished mini-batch's copies."""
-        self.release_index(mini_batch.index)
-
     def release_index(self, index: int) -> None:
+        """Remove the copies of a finished mini-batch (or one read ahead and dropped)."""
         if self._root:
             shutil.rmtree(os.path.join(self._root, str(index)), ignore_errors=True)
 
