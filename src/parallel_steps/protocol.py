@@ -80,6 +80,7 @@ class WorkerSpec:
     profile: bool = False
     fingerprint_mode: str = "stat"
     read_ahead: int = 0  # bytes: the next mini-batch's input is read while one runs when it is no larger
+    max_concurrency: int = 1  # mini-batches an `async def run` has in flight at once (worker/in_flight.py)
 
 
 @dataclass
@@ -97,6 +98,8 @@ class Outcome:
     checks: bytes | None = None  # with a check of each file's size and mtime (or hash), for the ledger
     no_space: str | None = None  # the file its rows could not be written to for lack of space: the run stops
     input_s: float = 0.0  # of `duration`, the time spent waiting for the input (read, or its read ahead ending)
+    row_errors: int = 0  # rows returned with a non-null `error` (worker/row_errors.py): failed items, not a failure
+    timed_out: bool = False  # the worker cancelled an `async def run` that passed its run() timeout
 
     def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
         # A plain tuple: one outcome per mini-batch crosses the pipe, the dataclass default is slower.
@@ -112,6 +115,8 @@ class Outcome:
             self.checks,
             self.no_space,
             self.input_s,
+            self.row_errors,
+            self.timed_out,
         )
 
 
@@ -196,9 +201,12 @@ class _Message:
 
 @dataclass(frozen=True, slots=True)
 class RunAttempts(_Message, Generic[_MiniBatch]):
-    """To a worker: run these (mini-batch, attempt) pairs in order, after those sent before."""
+    """To a worker: run these (mini-batch, attempt, run() timeout) triples in order, after those sent before.
+    A worker with several in flight (`async def run`) runs those of `alone` with nothing else in flight: a
+    loss of the worker while it ran several was blamed on none of them (pool/slots.py)."""
 
-    attempts: list[tuple[_MiniBatch, int]]
+    attempts: list[tuple[_MiniBatch, int, float | None]]
+    alone: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,7 @@ class Counters:
     items_total: int = 0
     items_succeeded: int = 0
     items_failed: int = 0
+    items_with_errors: int = 0  # of items_failed, those whose rows returned an error (not reused by a rerun)
     attempts_retried: int = 0
     workers_started: int = 0
     init_failures: int = 0
@@ -166,6 +167,7 @@ class Counters:
             items_total=self.items_total,
             items_succeeded=self.items_succeeded,
             items_failed=self.items_failed,
+            items_with_errors=self.items_with_errors,
             mini_batches_total=self.mini_batches_total,
             mini_batches_succeeded=self.mini_batches_succeeded,
             mini_batches_failed=self.mini_batches_failed,

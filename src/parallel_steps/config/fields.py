@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .types import (
+    MAX_CONCURRENCY_PER_WORKER,
     MAX_WORKERS_PER_GPU,
     TRIGGER,
     Arguments,
@@ -157,6 +158,15 @@ class WorkerFields(_Section):
         description="Workers that share each GPU (as Ray's num_gpus=1/N), for a model that leaves its GPU idle while "
         "one worker reads or waits. Each sees only its GPU (CUDA_VISIBLE_DEVICES); on a GPU machine the default "
         "process_count_per_node becomes GPUs x this.",
+        json_schema_extra=TRIGGER,
+    )
+    max_concurrency_per_worker: int = Field(
+        1,
+        ge=1,
+        le=MAX_CONCURRENCY_PER_WORKER,
+        description="Mini-batches each worker has in flight at once, for an entry script whose run() is an `async def` "
+        "(a model behind a server: its requests overlap on one event loop, after one init()). Each keeps its own "
+        "run_invocation_timeout, retries and outcome; 1 runs one at a time.",
         json_schema_extra=TRIGGER,
     )
     threads_per_worker: int | None = Field(

@@ -177,6 +177,7 @@ class ParallelRunConfig(
             progress_timeout=self.progress_timeout,
             termination_grace=self.termination_grace,
             read_ahead=self.reads_ahead,
+            max_concurrency=self.max_concurrency_per_worker,
         )
 
     def pool_config(self) -> PoolConfig:

@@ -57,6 +57,7 @@ class DriverPolicy:
     progress_timeout: float  # progress_update_timeout, or its default
     termination_grace: float = 20.0  # how long a canceled run takes at most to stop (driver/termination.py)
     read_ahead: bool = False  # each worker holds one more mini-batch, whose input it reads while one runs
+    max_concurrency: int = 1  # mini-batches each worker has in flight (`async def run`)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ _LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # Python's logging ta
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 MAX_WORKERS_PER_GPU = 16  # more processes than this on one GPU would mostly hold copies of the model
+MAX_CONCURRENCY_PER_WORKER = 1024  # mini-batches in flight in one worker: far past what a model server takes
 _SIZE_HINT = "use 1024, 512KB, 10MB, 1GB"
 _INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 

@@ -29,6 +29,7 @@ from ..protocol import (
     HangTimeoutChanged,
     InitFailed,
     ItemsLoaded,
+    LossReason,
     Lost,
     Ready,
     WorkerInfo,
@@ -88,6 +89,7 @@ class Driver:
         # Reading ahead: a worker holds two mini-batches behind the one that runs, so that the next one's input
         # is always being read while run() works (worker/read_ahead.py).
         self._read_ahead = policy.read_ahead
+        self._concurrency = policy.max_concurrency  # an async worker holds one more than it has in flight
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
@@ -174,13 +176,15 @@ class Driver:
     def _queue_depth(self) -> int:
         """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
         the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
-        runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints)."""
+        runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints). A
+        worker with several in flight holds one more than those, to start the moment one ends."""
         if self._log_duration is None:
-            return 3 if self._read_ahead else 2
-        typical = math.exp(self._log_duration)
-        if typical >= 0.05:
-            return 3 if self._read_ahead else 1
-        return max(2, min(1024, int(0.05 / typical) + 1))
+            depth = 3 if self._read_ahead else 2
+        elif (typical := math.exp(self._log_duration)) >= 0.05:
+            depth = 3 if self._read_ahead else 1
+        else:
+            depth = max(2, min(1024, int(0.05 / typical) + 1))
+        return max(depth, self._concurrency + 1) if self._concurrency > 1 else depth
 
     def _dispatch(self) -> None:
         """Fill the ready workers' queues, breadth first: every worker gets one before any gets two. Deeper
@@ -247,7 +251,10 @@ class Driver:
         self._log_duration = sample if self._log_duration is None else 0.9 * self._log_duration + 0.1 * sample
         if outcome.ok:
             self.outcomes.succeeded(event.worker, current, items, outcome)
-        elif self.outcomes.failed(event.worker, current, items, "failed", outcome.error, None, outcome.duration):
+            return
+        loss = LossReason.TIMED_OUT if outcome.timed_out else None  # an async worker cancelled it
+        kind = loss or "failed"
+        if self.outcomes.failed(event.worker, current, items, kind, outcome.error, None, outcome.duration, loss):
             self._retry.append((current.mini_batch, current.attempt + 1))
 
     def _lost(self, event: Lost) -> None:

@@ -57,7 +57,7 @@ class Outcomes:
     def succeeded(self, worker: WorkerInfo, current: Attempt, items: int | None, outcome: Outcome) -> None:
         mb, returned = current.mini_batch, outcome.returned
         items = items if items is not None else returned
-        failed = max(0, items - returned)
+        failed = min(items, max(0, items - returned) + outcome.row_errors)  # no result, or an error row
         self.counters.add_succeeded(items, failed)
         self.health.completed()
         self.ledger.succeed(
@@ -71,9 +71,14 @@ class Outcomes:
             outcome.duration,
             outcome.fingerprint,
             outcome.checks,
+            outcome.error,
         )
         self._record(worker, current, items, items - failed, failed, "succeeded", outcome.duration)
-        if failed:
+        if outcome.row_errors:
+            self.counters.items_with_errors += outcome.row_errors
+            self.log.warning("mini-batch %d: %s; counted as failed items", mb.index, outcome.error)
+            self.health.check_thresholds()
+        elif failed:
             self.log.warning(
                 "mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed
             )

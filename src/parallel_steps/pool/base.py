@@ -41,6 +41,7 @@ class PoolSettings:
     environment: dict[str, str]
     gpu_ids: list[str]
     workers_per_gpu: int = 1
+    max_concurrency: int = 1  # mini-batches a worker has in flight (`async def run`)
     memory_limit: int | None = None
     shutdown_timeout: float = 60.0
     main_node_address: str = "127.0.0.1"

@@ -30,6 +30,7 @@ def make_pool(
         environment={**thread_environment(config, per_node, environment), **environment},
         gpu_ids=gpus,
         workers_per_gpu=config.workers_per_gpu,
+        max_concurrency=config.max_concurrency_per_worker,
         memory_limit=config.memory_limit_bytes,
         shutdown_timeout=config.shutdown_seconds,
     )

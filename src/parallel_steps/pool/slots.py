@@ -17,17 +17,21 @@ Ray Data's `_ActorPool`, whose bookkeeping is apart from the operator that runs 
 from __future__ import annotations
 
 import enum
+import math
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import LossReason
-from ..store.logs import mini_batch_tag
+from ..store.logs import mini_batch_tag, timed_out_detail
 
 #: The time a hung worker gets to write its stacks once its dump is due, before the SIGKILL. A stack
 #: dump (faulthandler) takes milliseconds; a second leaves room for a loaded machine.
 DUMP_GRACE_S = 1.0
+#: How long past the earliest deadline of its mini-batches in flight a worker that keeps their run() timeouts
+#: itself (`async def run`) is let be: it cancels them there; still there after this, its event loop is blocked.
+BACKSTOP_S = 5.0
 #: How often a busy worker's memory is sampled against worker_memory_limit (and for the OOM hint).
 MEMORY_CHECK_S = 1.0
 _IDLE_WAKEUP_S = 3600.0
@@ -73,6 +77,7 @@ class Slot:
     loss_detail: str = ""
     call: Any = None  # Ray: the ref of the call it runs, as far as the pool knows
     _since: float | None = None  # when `running` started, or the call (`start_call`)
+    _keeps: tuple[int | None, float, float] | None = None  # what `in_flight` saw last, when the worker keeps limits
 
     def hold(self, index: int, attempt: int, timeout: float | None, ref: Any = None) -> None:
         """The worker is given a mini-batch; it runs after those it holds."""
@@ -107,6 +112,19 @@ class Slot:
         self.running, self._since = index, since
         timeout = self.held[index].timeout if index is not None else None
         self.deadline = since + timeout if timeout else None
+
+    def in_flight(self, index: int | None, since: float, deadline: float) -> None:
+        """A worker that keeps the run() timeouts of its mini-batches in flight itself (`async def run`) runs
+        `index` since `since` (None, or one it does not hold: several, or none), and the earliest of their
+        deadlines is `deadline` (`math.inf`: none). The pool's deadline is `BACKSTOP_S` later: only a blocked
+        event loop lets a mini-batch reach it. A loss is blamed on `index`, when it runs only that one."""
+        if index is not None and index not in self.held:
+            index = None
+        if (index, since, deadline) == self._keeps:
+            return
+        self._keeps = (index, since, deadline)
+        self.running, self._since = index, since
+        self.deadline = deadline + BACKSTOP_S if math.isfinite(deadline) else None
 
     def start_call(self, ref: Any, since: float) -> None:
         """The worker runs the call `ref`, or what is left of it, from `since` as the pool sees it (None: it runs
@@ -193,7 +211,9 @@ class Slot:
         """The mini-batch it runs passed its deadline, or the call it runs the sum of their timeouts: the worker
         is given up as timed out and is to be killed `DUMP_GRACE_S` after its stack dump is due (`dump_delay`
         from now). Returns the loss text."""
-        if self.running is not None:
+        if self._keeps is not None:
+            detail = loop_blocked_detail(self.running)
+        elif self.running is not None:
             held = self.held[self.running]
             detail = timed_out_detail(held.timeout or 0.0, held.index)
         elif self.deadline is not None and self._since is not None:
@@ -241,8 +261,12 @@ def next_wakeup(now: float, times: Iterable[float | None]) -> float:
 # The texts of losses, the same on every pool -------------------------------------------------
 
 
-def timed_out_detail(limit: float, mini_batch: int) -> str:
-    return f"run() exceeded {limit:g} s {mini_batch_tag(mini_batch)}"
+def loop_blocked_detail(mini_batch: int | None) -> str:
+    tag = f" {mini_batch_tag(mini_batch)}" if mini_batch is not None else ""
+    return (
+        f"async run(){tag} passed its run() timeout and was not cancelled within {BACKSTOP_S:g} s: the worker's "
+        "event loop is blocked (a call that does not await?)"
+    )
 
 
 def call_timed_out_detail(budget: float, count: int) -> str:
@@ -250,8 +274,9 @@ def call_timed_out_detail(budget: float, count: int) -> str:
 
 
 def unattributed_detail(count: int) -> str:
-    """What a loss says when it is blamed on none of the `count` mini-batches of the call the worker ran."""
-    return f"; which of the {count} mini-batches of its call it ran is not known: each runs again in a call of its own"
+    """What a loss says when it is blamed on none of the `count` mini-batches the worker ran (those of a Ray
+    call, or those an async worker had in flight)."""
+    return f"; which of the {count} mini-batches it ran caused it is not known: each runs again alone"
 
 
 def out_of_memory_detail(rss: int, limit: int) -> str:

@@ -7,6 +7,7 @@ here leaves no trace.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
@@ -75,12 +76,26 @@ def entry_script_path(config: ParallelRunConfig) -> Path:
     if not path.is_file():
         raise ConfigError("entry_script", f"{path} not found")
     try:
-        compile(path.read_bytes(), str(path), "exec")
+        module = ast.parse(path.read_bytes(), str(path))
     except SyntaxError as exc:
         raise ConfigError("entry_script", f"{path} line {exc.lineno}: {exc.msg}") from None
     except (OSError, ValueError) as exc:
         raise ConfigError("entry_script", f"{path} cannot be read ({exc})") from None
+    if config.max_concurrency_per_worker > 1 and _plain_run(module):
+        raise ConfigError(
+            "max_concurrency_per_worker",
+            f"{config.max_concurrency_per_worker} mini-batches in flight need an `async def run(mini_batch)`, "
+            f"and {path} defines a plain `def run`",
+            "make run() a coroutine, or set max_concurrency_per_worker: 1 (process_count_per_node adds workers)",
+        )
     return path.absolute()
+
+
+def _plain_run(module: ast.Module) -> bool:
+    """Whether the script's run() is a plain `def` (the last top-level definition counts, as at import)."""
+    defined = [node for node in module.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    runs = [node for node in defined if node.name == "run"]
+    return bool(runs) and isinstance(runs[-1], ast.FunctionDef)
 
 
 def _substitute(arguments: list[str], configured: dict[str, str], local: dict[str, str]) -> list[str]:

@@ -188,7 +188,8 @@ def restore_whole_step(
     index: RunIndex, key: str, run: RunDirectory, config: ParallelRunConfig, started_at: float
 ) -> RunSummary | None:
     """An earlier successful run with the same step key: its output restored here, no worker started.
-    None when there is none, or its failed items exceed this run's thresholds."""
+    None when there is none, when rows of it returned an error, or its failed items exceed this run's
+    thresholds."""
     earlier = index.succeeded_with_step_key(key)
     if not earlier or earlier["run_id"] == run.run_id:
         return None
@@ -196,6 +197,8 @@ def restore_whole_step(
     if not found or found.get("status") != RunStatus.SUCCEEDED:
         return None
     summary = RunSummary(found)
+    if summary.get("items_with_errors"):  # rows that returned an error run again
+        return None
     if threshold_breach(config.thresholds(), Counters.of(summary)):
         return None
     output, target = summary.get("output"), summary.get("output_file")

@@ -66,6 +66,7 @@ class RunWorkers:
             profile=config.profiling_module == "cProfile",
             fingerprint_mode=config.reuse_fingerprint,
             read_ahead=config.read_ahead_bytes if config.reads_ahead else 0,
+            max_concurrency=config.max_concurrency_per_worker,
         )
 
     def monitor(self, pool: WorkerPool, log: logging.Logger) -> contextlib.AbstractContextManager[object]:

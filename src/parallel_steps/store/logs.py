@@ -255,6 +255,11 @@ def mini_batch_tag(index: int) -> str:
     return f"on mini-batch {index}"
 
 
+def timed_out_detail(limit: float, mini_batch: int) -> str:
+    """What a mini-batch past its run() timeout says, whoever ended it (the pool, or an async worker)."""
+    return f"run() exceeded {limit:g} s {mini_batch_tag(mini_batch)}"
+
+
 def journal_line(
     index: int,
     attempt: int,

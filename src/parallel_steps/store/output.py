@@ -67,6 +67,29 @@ def count_rows(result: Any) -> int:
     return len(result)
 
 
+#: The field of a result row that says the row failed (as in the OpenAI Batch API's output lines).
+ERROR_FIELD = "error"
+
+
+def row_errors(result: Any) -> tuple[int, Any]:
+    """How many rows of run()'s result have an `error` that is not null, and the first such error: items that
+    failed, each recorded by its row, while the mini-batch succeeds (docs/model_servers.md). Rows are dicts,
+    or a DataFrame or Table with an `error` column; other rows (strings, tuples) carry no error."""
+    if result is None:
+        return 0, None
+    if hasattr(result, "num_rows"):  # a pyarrow Table
+        if ERROR_FIELD not in result.column_names:
+            return 0, None
+        errors = [error for error in result.column(ERROR_FIELD).to_pylist() if error is not None]
+    elif (columns := getattr(result, "columns", None)) is not None:  # a pandas DataFrame
+        errors = result[ERROR_FIELD].dropna().tolist() if ERROR_FIELD in columns else []
+    elif isinstance(result, list | tuple):
+        errors = [row[ERROR_FIELD] for row in result if isinstance(row, dict) and row.get(ERROR_FIELD) is not None]
+    else:
+        return 0, None
+    return len(errors), errors[0] if errors else None
+
+
 class Spool:
     """One worker's append-only file of result slices.
 

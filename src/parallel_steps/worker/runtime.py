@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import inspect
+import json
 import importlib.machinery
 import importlib.util
 import logging
@@ -22,18 +24,20 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..errors import error_line
 from ..inputs.fingerprints import file_tokens, fingerprint_of, local_tokens
 from ..inputs.members import token_checks
 from ..inputs.minibatch import MiniBatch
 from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
 from ..storage.objects import is_url
-from ..store.logs import error_section, journal_line, mini_batch_tag
-from ..store.output import Spool, count_rows, spool_path
+from ..store.logs import error_section, journal_line, mini_batch_tag, timed_out_detail
+from ..store.output import Spool, count_rows, row_errors, spool_path
 from ..store.space import disk_full, out_of_space, where_it_fits
 from . import entry_script
 from .context import MiniBatchContext, wants_context
@@ -42,6 +46,7 @@ from .hooks import worker_hooks
 from .read_ahead import ReadAhead
 
 if TYPE_CHECKING:
+    import asyncio
     import cProfile
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
@@ -62,6 +67,9 @@ class WorkerRuntime:
         self._spool: Spool | None = None
         self._inputs = ReadAhead(Downloads(prefix=f"parallel-steps-{spec.process_name}-"), spec.read_ahead)
         self._pid = os.getpid()  # in every journal line: a system call each, were it asked
+        self.loop: asyncio.AbstractEventLoop | None = None  # where an `async def` init() and run() run
+        self._limits: dict[int, _Limit] = {}  # the run() timeouts of the mini-batches in flight, by index
+        self.on_limits: Callable[[], None] | None = None  # told when an entry script changes one (hang_timeout)
 
     def start(self) -> None:
         """Set up logging and the script's environment, import the script, call init(); raises on failure."""
@@ -87,7 +95,7 @@ class WorkerRuntime:
                 side_inputs=spec.side_inputs,
                 logging_level=spec.logging_level,
             ),
-            self._hang_timeout_hook,
+            self._hang_timeout,
         )
         for hook in worker_hooks():  # what layers above the core provide to the script (the azureml.core names)
             hook.worker_started(spec)
@@ -98,10 +106,14 @@ class WorkerRuntime:
         try:
             self._entry = self._import_entry()
             self._with_context = wants_context(self._entry["run"])
+            if any(map(inspect.iscoroutinefunction, self._entry.values())):
+                import asyncio
+
+                self.loop = asyncio.new_event_loop()
             if "init" in self._entry:
                 self._call(self._entry["init"])
         except BaseException as exc:
-            text = self._log_error("init()", exc)
+            text = self._log_error("init() failed", exc)
             raise InitError(text) from None
 
     def run(
@@ -114,39 +126,98 @@ class WorkerRuntime:
         """One attempt of one mini-batch: load, run(), append the rows to this worker's spool. The input of
         `upcoming`, the mini-batch queued next, is read while run() works (worker/read_ahead.py).
         Call `flush([outcome])` before the outcome leaves the worker."""
-        started = time.time()
-        items, input_s, during = mini_batch.items, 0.0, None
+        attempt_ = _Attempt(mini_batch, attempt)
         try:
-            data, _, during = self._inputs.take(mini_batch)
-            input_s = time.time() - started
+            data, _, attempt_.during = self._inputs.take(mini_batch)
             if upcoming is not None:
                 self._inputs.start(upcoming, during=mini_batch.index)
-            items = count_rows(data)
-            if on_loaded and mini_batch.items is None:
-                on_loaded(items)
-            if self._with_context:
-                result = self._call(self._entry["run"], data, MiniBatchContext(mini_batch))
-            else:
-                result = self._call(self._entry["run"], data)
-            fingerprint, checks = self._fingerprint(mini_batch, data)
-            outcome = Outcome(True, items, count_rows(result), fingerprint=fingerprint, checks=checks)
-            if self._spool:
-                try:
-                    outcome.part = self._spool.append(result, self.spec.output_format)
-                except OSError as exc:
-                    if not out_of_space(exc):
-                        raise
-                    _not_written(outcome, self._spool.path)
+            self._loaded(attempt_, data, on_loaded)
+            result = self._call(self._entry["run"], *self._arguments(data, mini_batch))
+            outcome = self._succeeded(attempt_, data, result)
         except Exception as exc:
-            outcome = Outcome(
-                ok=False,
-                items=items,
-                error=self._log_error(f"run() {mini_batch_tag(mini_batch.index)} attempt {attempt}", exc),
-            )
+            outcome = self._failed(attempt_, exc)
+        return self._ended(attempt_, outcome)
+
+    async def run_async(
+        self,
+        mini_batch: MiniBatch,
+        attempt: int,
+        timeout: float | None,
+        on_loaded: Callable[[int], None] | None = None,
+    ) -> Outcome:
+        """`run` for an `async def run`, one of several in flight on the worker's event loop: the input is
+        read on a thread, and past its run() `timeout` (counted from the start, the read included) the
+        coroutine is cancelled and the attempt ends timed out; the worker goes on (worker/in_flight.py)."""
+        import asyncio
+
+        attempt_ = _Attempt(mini_batch, attempt)
+        scope = asyncio.timeout(timeout)  # counts from now
+        self._limits[mini_batch.index] = _Limit(scope, timeout, asyncio.current_task())
+        self._limits_changed()
+        try:
+            async with scope:
+                data, _, attempt_.during = await asyncio.to_thread(self._inputs.take, mini_batch)
+                self._loaded(attempt_, data, on_loaded)
+                result = await self._entry["run"](*self._arguments(data, mini_batch))
+            outcome = self._succeeded(attempt_, data, result)
+        except TimeoutError as exc:
+            limit = self._limits[mini_batch.index].seconds
+            outcome = self._timed_out(attempt_, exc, limit) if scope.expired() else self._failed(attempt_, exc)
+        except Exception as exc:
+            outcome = self._failed(attempt_, exc)
         finally:
-            self._inputs.release(mini_batch)
-        outcome.started, outcome.duration, outcome.input_s = started, time.time() - started, input_s
-        self._journal_line(mini_batch, attempt, outcome, during)
+            del self._limits[mini_batch.index]
+            self._limits_changed()
+        return self._ended(attempt_, outcome)
+
+    def deadline(self) -> float | None:
+        """The earliest run() deadline of the mini-batches in flight (`asyncio` loop time, which is
+        `time.monotonic()`); None when none has one."""
+        return min((when for limit in self._limits.values() if (when := limit.scope.when()) is not None), default=None)
+
+    def _loaded(self, attempt: _Attempt, data: Any, on_loaded: Callable[[int], None] | None) -> None:
+        attempt.input_s = time.time() - attempt.started
+        attempt.items = count_rows(data)
+        if on_loaded and attempt.mini_batch.items is None:
+            on_loaded(attempt.items)
+
+    def _arguments(self, data: Any, mini_batch: MiniBatch) -> tuple[Any, ...]:
+        return (data, MiniBatchContext(mini_batch)) if self._with_context else (data,)
+
+    def _succeeded(self, attempt: _Attempt, data: Any, result: Any) -> Outcome:
+        """The outcome of a run() that returned `result`, its rows appended to the spool."""
+        fingerprint, checks = self._fingerprint(attempt.mini_batch, data)
+        outcome = Outcome(True, attempt.items, count_rows(result), fingerprint=fingerprint, checks=checks)
+        outcome.row_errors, first = row_errors(result)
+        if first is not None:  # the mini-batch succeeds; its error is kept for the ledger and the run's log
+            text = first if isinstance(first, str) else json.dumps(first, default=str)
+            outcome.error = error_line(f"{outcome.row_errors} rows returned an error, the first: {text}")[:500]
+        if self._spool:
+            try:
+                outcome.part = self._spool.append(result, self.spec.output_format)
+            except OSError as exc:
+                if not out_of_space(exc):
+                    raise
+                _not_written(outcome, self._spool.path)
+        return outcome
+
+    def _failed(self, attempt: _Attempt, exc: BaseException, how: str = "failed") -> Outcome:
+        where = f"run() {mini_batch_tag(attempt.mini_batch.index)} attempt {attempt.number} {how}"
+        return Outcome(ok=False, items=attempt.items, error=self._log_error(where, exc))
+
+    def _timed_out(self, attempt: _Attempt, exc: TimeoutError, limit: float | None) -> Outcome:
+        """An `async def run` cancelled at its run() timeout: the traceback in the error log shows where it
+        waited."""
+        self._failed(attempt, exc, "timed out")
+        error = f"TimeoutError: {timed_out_detail(limit or 0.0, attempt.mini_batch.index)}; cancelled"
+        return Outcome(False, attempt.items, error=error, timed_out=True)
+
+    def _ended(self, attempt: _Attempt, outcome: Outcome) -> Outcome:
+        """Times, the journal line, and the mini-batch's copies of files named by URLs removed."""
+        self._inputs.release(attempt.mini_batch)
+        outcome.started, outcome.input_s = attempt.started, attempt.input_s
+        outcome.duration = time.time() - attempt.started
+        self._journal_line(attempt.mini_batch, attempt.number, outcome, attempt.during)
         return outcome
 
     def flush(self, outcomes: Iterable[Outcome] = ()) -> None:
@@ -175,11 +246,13 @@ class WorkerRuntime:
             if "shutdown" in self._entry:
                 self._call(self._entry["shutdown"])
         except Exception as exc:
-            self._log_error("shutdown()", exc)
+            self._log_error("shutdown() failed", exc)
         if self._profiler:
             self._profiler.dump_stats(self.spec.logs.profile)
         for hook in worker_hooks():
             hook.worker_stopped()
+        if self.loop is not None:
+            self.loop.close()
         self.flush()
         if self._spool:
             with where_it_fits():  # what a full disk kept out of it was reported as not written
@@ -230,17 +303,49 @@ class WorkerRuntime:
             tokens = local_tokens(paths)
         return fingerprint_of(paths, tokens), token_checks(tokens)
 
+    @property
+    def is_async(self) -> bool:
+        """Whether the entry script's run() is an `async def`: mini-batches go through `run_async`."""
+        return inspect.iscoroutinefunction(self._entry.get("run"))
+
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """init() or shutdown(), an `async def` one run to its end on the worker's loop."""
+        if inspect.iscoroutinefunction(function) and self.loop is not None:
+            return self.loop.run_until_complete(function(*args))
         if self._profiler is None:
             return function(*args)
         return self._profiler.runcall(function, *args)
+
+    def _hang_timeout(self, seconds: float | None) -> None:
+        """`context.hang_timeout(seconds)` from the entry script: in an `async def run`, the limit of the
+        mini-batch whose task calls it, kept here (negative: its run() timeout again, from now); else the
+        limit of the one mini-batch that runs, kept by the pool."""
+        import asyncio
+
+        limit = None
+        if self._limits:
+            task = asyncio.current_task(self.loop) if self.loop is not None and self.loop.is_running() else None
+            limit = next((limit for limit in self._limits.values() if limit.task is task), None)
+        if limit is None:
+            if self._hang_timeout_hook:
+                self._hang_timeout_hook(seconds)
+            return
+        seconds = limit.seconds if seconds is not None and seconds < 0 else seconds
+        loop_time = asyncio.get_running_loop().time()
+        limit.scope.reschedule(None if seconds is None else loop_time + seconds)
+        limit.seconds = seconds
+        self._limits_changed()
+
+    def _limits_changed(self) -> None:
+        if self.on_limits:
+            self.on_limits()
 
     def _log_error(self, where: str, exc: BaseException) -> str:
         """Write the full traceback to this worker's error file (where it fits); return it for the driver."""
         text = mask_urls("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         error_file = self._opened(self._error_file)
         with where_it_fits():
-            error_file.write(f"{error_section(f'{where} failed (pid {os.getpid()})')}{text}\n")
+            error_file.write(f"{error_section(f'{where} (pid {os.getpid()})')}{text}\n")
             error_file.flush()
         return text
 
@@ -263,6 +368,30 @@ class WorkerRuntime:
                 read_during,
             )
         )
+
+
+@dataclass
+class _Attempt:
+    """What one attempt has learnt so far, for its outcome and journal line whenever it ends."""
+
+    mini_batch: MiniBatch
+    number: int
+    started: float = dataclasses.field(default_factory=time.time)
+    items: int | None = None
+    input_s: float = 0.0
+    during: int | None = None  # the mini-batch that ran while its input was read ahead
+
+    def __post_init__(self) -> None:
+        self.items = self.mini_batch.items
+
+
+@dataclass
+class _Limit:
+    """The run() timeout of a mini-batch in flight in an `async def run`: its `asyncio.timeout` and its task."""
+
+    scope: asyncio.Timeout
+    seconds: float | None
+    task: asyncio.Task[Any] | None = None
 
 
 def _not_written(outcome: Outcome, spool: str) -> None:

@@ -49,7 +49,15 @@ from ...protocol import (
 from ...store.logs import note_hang, stderr_tail
 from ...worker.runtime import copies_root
 from ..base import PoolSettings, WorkerPool, decided_loss
-from ..slots import DUMP_GRACE_S, WorkerState, died_in_init_detail, exit_name, shutdown_cut_off_detail
+from ..slots import (
+    DUMP_GRACE_S,
+    Slot,
+    WorkerState,
+    died_in_init_detail,
+    exit_name,
+    shutdown_cut_off_detail,
+    unattributed_detail,
+)
 from .process import WorkerProcess
 from .watchdog import Watchdog, oom_hint
 
@@ -72,6 +80,8 @@ class LocalWorkerPool(WorkerPool):
         self._by_fd: dict[int, tuple[str, WorkerProcess]] = {}
         self._watchdog = Watchdog(settings.memory_limit)
         self._side_input_copies: Path | None = None  # where workers copy side inputs and models named by URLs
+        # Mini-batches a worker with several in flight held when it was lost: each runs alone once (`_lost`)
+        self._suspects: set[int] = set()
         self._closed = False
 
     # Starting workers -----------------------------------------------------------------
@@ -112,12 +122,12 @@ class LocalWorkerPool(WorkerPool):
         if handle is None:
             return
         handle.slot.hold(mini_batch.index, attempt, timeout)
-        handle.outbox.append((mini_batch, attempt))
+        handle.outbox.append((mini_batch, attempt, timeout))
 
     def next_events(self, timeout: float) -> list[Event]:
         for handle in self._handles.values():  # what was submitted since the last look: one message each
             if handle.outbox and handle.pipe_open:
-                handle.send_outbox()
+                handle.send_outbox(self._suspects)
                 self._poller.modify(handle.conn.fileno(), handle.poll_mask())
         self._gather(0 if self._events else timeout)
         events = list(self._events)
@@ -170,6 +180,7 @@ class LocalWorkerPool(WorkerPool):
             case WorkerResults() if slot.taking_results:
                 for index, outcome in message.results:
                     if slot.finish(index) is not None:
+                        self._suspects.discard(index)
                         self._events.append(Finished(handle.info, index, outcome))
             case WorkerLoaded() if slot.holds(message.mini_batch, message.attempt):
                 self._events.append(ItemsLoaded(handle.info, message.mini_batch, message.items))
@@ -213,7 +224,20 @@ class LocalWorkerPool(WorkerPool):
         detail = decided_loss(slot, handle.logs) or (
             f"worker exited with {exit_name(exit_code)}{oom_hint(handle, exit_code)}{stderr_tail(handle.logs)}"
         )
+        detail += self._suspect(slot)
         self._events.append(Lost(handle.info, slot.blame(), slot.loss or LossReason.CRASHED, exit_code, detail))
+
+    def _suspect(self, slot: Slot) -> str:
+        """A worker lost with several mini-batches in flight (`async def run`) is blamed on none: those it may
+        have started (the first `max_concurrency` it held) each run alone once, so that a loss is blamed on the
+        one that causes it. Returns what the loss says of them."""
+        blamed = slot.blame()
+        if blamed is not None:
+            self._suspects.discard(blamed)
+            return ""
+        started = list(slot.held)[: self.settings.max_concurrency] if self.settings.max_concurrency > 1 else []
+        self._suspects.update(started)
+        return unattributed_detail(len(started)) if started else ""
 
     def _take_gpu(self, node: int) -> str | None:
         """The node's GPU with the most places left (the first of them), for a new worker; None when all are taken."""

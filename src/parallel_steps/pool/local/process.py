@@ -7,6 +7,7 @@ mini-batch it runs, and the books (`slots.Slot`) what it holds.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +45,7 @@ class WorkerProcess:
     marker: Marker
     pipe_open: bool = True
     slot: Slot = field(default_factory=Slot)
-    outbox: list[tuple[MiniBatch, int]] = field(default_factory=list)  # submitted, not yet sent
+    outbox: list[tuple[MiniBatch, int, float | None]] = field(default_factory=list)  # submitted, not yet sent
     last_rss: int = 0
     downloads: str | None = None  # the worker's folder of copies of files named by URLs, removed when it is gone
 
@@ -83,13 +85,16 @@ class WorkerProcess:
 
     def observe(self) -> None:
         """Bring the books up to date with the marker: the mini-batch it runs now, and since when."""
-        index, since = self.marker.get()
-        self.slot.start(index, since)
+        index, since, deadline = self.marker.get()
+        if math.isnan(deadline):
+            self.slot.start(index, since)
+        else:
+            self.slot.in_flight(index, since, deadline)
 
-    def send_outbox(self) -> None:
-        """Everything submitted since the last look, as one message."""
+    def send_outbox(self, alone: Container[int]) -> None:
+        """Everything submitted since the last look, as one message; those of `alone` to run alone."""
         if self.outbox and self.pipe_open:
-            self.conn.send(RunAttempts(self.outbox))
+            self.conn.send(RunAttempts(self.outbox, frozenset(a[0].index for a in self.outbox if a[0].index in alone)))
             self.outbox = []
 
     def poll_mask(self) -> int:

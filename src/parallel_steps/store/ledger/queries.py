@@ -103,11 +103,12 @@ class LedgerQueries:
 
     def results_by_fingerprint(self) -> dict[str, dict[str, Any]]:
         """Succeeded results keyed by input fingerprint: what a later run may reuse (`reused_from`: the
-        run that made a result this run took from it)."""
+        run that made a result this run took from it). Not those with rows that returned an error: a rerun
+        runs them again."""
         names, spools = self._names(), self._spools()
         rows = self._db.execute(
             "SELECT fingerprint, spool, part_offset, part_length, returned, items_failed, items, reused_from"
-            f" FROM mini_batches WHERE state={SUCCEEDED} AND fingerprint IS NOT NULL"
+            f" FROM mini_batches WHERE state={SUCCEEDED} AND fingerprint IS NOT NULL AND error IS NULL"
         )
         return {
             fingerprint_text(fp) or "": dict(

@@ -79,7 +79,7 @@ _TABLES = ("meta", "names", "members", "mini_batches", "attempts")
 
 _SUCCEED = (
     f"UPDATE mini_batches SET state={SUCCEEDED}, attempts=?, spool=?, part_offset=?, part_length=?, returned=?,"
-    " items_failed=?, items=coalesce(items, ?), worker=?, duration_us=?, error=NULL,"
+    " items_failed=?, items=coalesce(items, ?), worker=?, duration_us=?, error=?,"
     " fingerprint=coalesce(?, fingerprint), checks=coalesce(?, checks) WHERE idx=?"
 )
 _ADD = "INSERT INTO mini_batches (idx, fingerprint, source, items, nbytes, descriptor, first, checks"
@@ -287,8 +287,10 @@ class Ledger(LedgerQueries):
         duration: float,
         fingerprint: str | None,
         checks: bytes | None = None,
+        row_errors: str | None = None,
     ) -> None:
-        """Written with the next `commit()`; `fingerprint` and `checks` when the worker made them."""
+        """Written with the next `commit()`; `fingerprint` and `checks` when the worker made them. `row_errors`:
+        what the rows that returned an error say (such a result is not reused: a rerun runs it again)."""
         spool, offset, length = (None, None, None) if part is None else (self._spool_id(part[0]), part[1], part[2])
         self._successes.append(
             (
@@ -301,6 +303,7 @@ class Ledger(LedgerQueries):
                 items,
                 self._id(worker),
                 round(duration * 1e6),
+                row_errors,
                 fingerprint_blob(fingerprint),
                 checks,
                 idx,

@@ -33,7 +33,7 @@ def mini_batch(index: int) -> MiniBatch:
 def test_a_ready_worker_is_given_the_mini_batch(pool):
     handle = worker(pool, Slot(state=WorkerState.READY))
     pool.submit(WORKER, mini_batch(0), 1, 5.0)
-    assert (list(handle.slot.held), handle.outbox) == ([0], [(mini_batch(0), 1)])
+    assert (list(handle.slot.held), handle.outbox) == ([0], [(mini_batch(0), 1, 5.0)])
 
 
 @pytest.mark.parametrize("why", ["time_out", "over_memory"])

@@ -1,6 +1,7 @@
 """The local pool's watchdog (pool/local/watchdog.py) and the marker it reads (pool/local/marker.py), against
 fake worker handles and a clock the tests set: no worker process, no sleep."""
 
+import math
 import os
 import signal
 
@@ -40,7 +41,7 @@ class FakeWorker:
         self.done: list[str] = []
 
     def observe(self):
-        self.slot.start(*self.marker.get())
+        self.slot.start(*self.marker.get()[:2])
 
     def runs(self, index, since):
         self.marker.index, self.marker.since = index, since
@@ -172,18 +173,19 @@ def marker():
     marker.close()
 
 
-def test_a_new_marker_says_idle(marker):
-    assert marker.get() == (-1, 0.0)
+def test_a_new_marker_says_idle_and_leaves_deadlines_to_the_pool(marker):
+    index, since, deadline = marker.get()
+    assert (index, since, math.isnan(deadline)) == (-1, 0.0, True)
 
 
 def test_the_marker_carries_the_mini_batch_and_its_start_to_another_mapping(marker):
     """As the pool reads what the worker writes, through the same memory file."""
     reader = Marker(os.dup(marker.fd))
     try:
-        marker.set(12, T0)
-        assert reader.get() == (12, T0)
+        marker.set(12, T0, T0 + 5)  # an async worker keeps the deadline itself
+        assert reader.get() == (12, T0, T0 + 5)
         marker.clear()
-        assert reader.get() == (-1, 0.0)
+        assert reader.get()[:2] == (-1, 0.0)
     finally:
         reader.close()
 
@@ -192,6 +194,6 @@ def test_a_writer_that_died_in_the_middle_of_a_write_leaves_the_last_reading(mar
     """A torn write (the generation left odd for good) does not hang the reader."""
     marker.set(3, T0)
     generation = marker._FIELDS.unpack_from(marker._map)[0]
-    marker._FIELDS.pack_into(marker._map, 0, generation + 1, 4, T0 + 1)  # a write begun, never finished
+    marker._FIELDS.pack_into(marker._map, 0, generation + 1, 4, T0 + 1, 7.0)  # a write begun, never finished
 
-    assert marker.get() == (4, T0 + 1)  # each field one word: the new values, never a mix
+    assert marker.get() == (4, T0 + 1, 7.0)  # each field one word: the new values, never a mix
