@@ -21,8 +21,8 @@ make chosen rows fail:
   no latency); later requests with the same text are served.
 - `[bad-json]`: 200 with a body that is not valid JSON.
 
-The counters (`requests`, `completed`, `rejected_429`, `failed_500`, `in_flight`, `max_in_flight`) are what
-a test or bench asserts on; `wait_for` lets a test wait for a counter without sleeping.
+The counters (`requests`, `completed`, `rejected_429`, `failed_500`, `in_flight`, `max_in_flight`), and
+`retry_waits` (how long after its 429 each `[429]` text came back), are what a test or bench asserts on; `wait_for` lets a test wait for a counter without sleeping.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class ModelServer:
         self.max_in_flight = 0
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._changed = threading.Condition()  # guards the counters and `_seen`; notified when a counter moves
-        self._seen: set[str] = set()  # texts that carried `[429]` and were already rejected once
+        self._seen: dict[str, float] = {}  # texts that carried `[429]` and were rejected once: when
+        self.retry_waits: dict[str, float] = {}  # `[429]` text -> seconds from its 429 to the retry that was served
         self._stopped = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._connections: dict[socket.socket, threading.Thread] = {}
@@ -145,6 +146,7 @@ class ModelServer:
             self.requests = self.completed = self.rejected_429 = self.failed_500 = 0
             self.max_in_flight = self.in_flight
             self._seen.clear()
+            self.retry_waits.clear()
             self._changed.notify_all()
 
     def wait_for(self, predicate: Callable[[ModelServer], bool], timeout: float = 5.0) -> bool:
@@ -163,9 +165,14 @@ class ModelServer:
             return value
 
     def _first_429(self, text: str) -> bool:
+        """Whether this `[429]` text is rejected now (its first request); a later one notes its wait."""
         with self._changed:
+            now = time.monotonic()
             first = text not in self._seen
-            self._seen.add(text)
+            if first:
+                self._seen[text] = now
+            else:
+                self.retry_waits.setdefault(text, now - self._seen[text])
             return first
 
     def _acquire_slot(self) -> bool:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from parallel_steps import ParallelRunConfig
 from parallel_steps.run.step import run_step
-from parallel_steps.worker.runtime import side_inputs_dir
+from parallel_steps.worker.side_inputs import side_inputs_dir
 
 from .conftest import CLI, cli, output_lines
 

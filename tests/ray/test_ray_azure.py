@@ -10,7 +10,7 @@ from support import folders, markers, output_lines, write_entry_script
 
 from parallel_steps import FileDataset, ParallelRunConfig
 from parallel_steps.run.step import run_step
-from parallel_steps.worker.runtime import side_inputs_dir
+from parallel_steps.worker.side_inputs import side_inputs_dir
 
 SHAPES = ["mnist", "iris", "file_partitions", "oj_sales", "oj_sales_hive"]
 

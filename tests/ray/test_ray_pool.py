@@ -23,7 +23,7 @@ from parallel_steps import ParallelRunConfig
 from parallel_steps.errors import ConfigError
 from parallel_steps.pool.ray.nodes import RayNodes
 from parallel_steps.run.step import run_step
-from parallel_steps.worker.runtime import side_inputs_dir
+from parallel_steps.worker.side_inputs import side_inputs_dir
 
 
 def _config(tmp_path: Path, names: list[str], **fields) -> ParallelRunConfig:

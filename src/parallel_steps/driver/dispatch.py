@@ -13,7 +13,6 @@ It knows neither processes nor Ray: everything it does to workers goes through a
 from __future__ import annotations
 
 import collections
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +37,7 @@ from ..store.ledger import Ledger
 from ..store.space import disk_full
 from ..summary import Counters, RunStatus, RunSummary, snapshot
 from .cancel import CancelWatch
+from .depth import QueueDepth
 from .faults import ErrorGroups, RetryPolicy
 from .health import JobHealth
 from .outcomes import Attempt, Outcomes
@@ -86,17 +86,12 @@ class Driver:
         self._pending = pending
         self._write_plan = write_plan  # None once the plan is complete
         self._planned: collections.deque[MiniBatch] = collections.deque()  # written, after `pending`
-        # Reading ahead: a worker holds two mini-batches behind the one that runs, so that the next one's input
-        # is always being read while run() works (worker/read_ahead.py).
-        self._read_ahead = policy.read_ahead
-        self._concurrency = policy.max_concurrency  # an async worker holds one more than it has in flight
+        self._depth = QueueDepth(policy.read_ahead, policy.max_concurrency)
         self._lookahead: MiniBatch | None = None
         self._pending_done = False
         self._retry: collections.deque[tuple[MiniBatch, int]] = collections.deque()
         self._ready: dict[str, WorkerInfo] = {}
         self._queued: dict[str, collections.deque[Attempt]] = {}  # per ready worker, in run order
-        # A moving average of log(duration): a worker descheduled for a few ms in one mini-batch barely moves it.
-        self._log_duration: float | None = None
         self._started = time.monotonic()
 
     # The loop ---------------------------------------------------------------------------
@@ -173,24 +168,11 @@ class Driver:
             return mini_batch, 1
         return None
 
-    def _queue_depth(self) -> int:
-        """Mini-batches a worker holds: one while they are long (so a slow worker never holds back
-        the rest), about 50 ms of work when they are short (at most 1024), so that a worker never
-        runs dry while the driver commits (up to tens of milliseconds when SQLite checkpoints). A
-        worker with several in flight holds one more than those, to start the moment one ends."""
-        if self._log_duration is None:
-            depth = 3 if self._read_ahead else 2
-        elif (typical := math.exp(self._log_duration)) >= 0.05:
-            depth = 3 if self._read_ahead else 1
-        else:
-            depth = max(2, min(1024, int(0.05 / typical) + 1))
-        return max(depth, self._concurrency + 1) if self._concurrency > 1 else depth
-
     def _dispatch(self) -> None:
         """Fill the ready workers' queues, breadth first: every worker gets one before any gets two. Deeper
         queues (quick mini-batches) are filled a run of consecutive mini-batches at a time, so that a
         worker's results lie end to end in its spool and the output is assembled from long slices."""
-        depth = self._queue_depth()
+        depth = self._depth.depth()
         level = min(map(len, self._queued.values()), default=depth)
         while level < depth:
             level = level + 1 if level < 2 else min(depth, level + _RUN)
@@ -247,8 +229,7 @@ class Driver:
         items = outcome.items if outcome.items is not None else current.items
         current.started = outcome.started
         self.worker_time.attempt(event.worker.id, outcome.duration, outcome.input_s)
-        sample = math.log(max(outcome.duration, 1e-6))
-        self._log_duration = sample if self._log_duration is None else 0.9 * self._log_duration + 0.1 * sample
+        self._depth.observe(outcome.duration)
         if outcome.ok:
             self.outcomes.succeeded(event.worker, current, items, outcome)
             return

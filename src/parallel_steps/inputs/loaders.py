@@ -6,6 +6,7 @@ workers never pay for pandas or pyarrow.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from .minibatch import MiniBatch
 from .tables import parse_bytes, read_table
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa  # no type information: its names are Any to the checker, and say what is meant
 
 
@@ -26,21 +28,32 @@ def load(mini_batch: MiniBatch, localize: Callable[[MiniBatch], list[str]] | Non
         if localize is None:
             raise ValueError("files named by URLs need a download folder")
         return localize(mini_batch)
-    return load_table(mini_batch).to_pandas()
-
-
-def load_table(mini_batch: MiniBatch) -> pa.Table:
-    """The Arrow table of a tabular mini-batch; values from its path (hive folders, `partition_format`)
-    are the last columns."""
     read = mini_batch.read or {}
     if mini_batch.kind == "keys":
-        return _key_rows(mini_batch, read)
+        return _key_rows(mini_batch, read).to_pandas()
     partitions = read.get("partitions")
-    table = _piece(mini_batch, read)
-    return with_path_columns(table, partitions[0]) if partitions else table
+    table, lines = _piece(mini_batch, read)
+    frame = with_path_columns(table, partitions[0]).to_pandas() if partitions else table.to_pandas()
+    return _nested_as_written(frame, table, lines) if lines is not None else frame
 
 
-def _piece(mini_batch: MiniBatch, read: dict[str, Any]) -> pa.Table:
+def _nested_as_written(frame: pd.DataFrame, table: pa.Table, lines: bytes) -> pd.DataFrame:
+    """JSON lines' objects and arrays as the file has them (dicts and lists), not as Arrow unifies them
+    across rows (a key absent from one row's object there as None, arrays as numpy arrays, integers as
+    floats beside a null): an OpenAI batch file's `body` goes to the server as it was written."""
+    import pyarrow as pa
+
+    nested = [f.name for f in table.schema if pa.types.is_nested(f.type)]
+    rows = [json.loads(line) for line in lines.splitlines() if line.strip()] if nested else []
+    if len(rows) != len(frame):  # not one row per line: leave Arrow's values
+        return frame
+    for name in nested:
+        frame[name] = [row.get(name) for row in rows]
+    return frame
+
+
+def _piece(mini_batch: MiniBatch, read: dict[str, Any]) -> tuple[pa.Table, bytes | None]:
+    """The Arrow table of a mini-batch of one file, and for JSON lines the bytes it was parsed from."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -48,12 +61,17 @@ def _piece(mini_batch: MiniBatch, read: dict[str, Any]) -> pa.Table:
     if mini_batch.kind == "parquet":
         assert mini_batch.row_groups is not None  # the planner names every Parquet piece's row groups
         with open_input(path, size) as file:  # the footer, then the column chunks of these row groups
-            return pq.ParquetFile(file, pre_buffer=True).read_row_groups(list(mini_batch.row_groups))
-    if mini_batch.end is None:
-        return read_table(path, mini_batch.kind, read.get("options", {}), size=size)
+            return pq.ParquetFile(file, pre_buffer=True).read_row_groups(list(mini_batch.row_groups)), None
+    if mini_batch.end is None:  # a whole file (its errors name it); JSON lines are read again, for their objects
+        table = read_table(path, mini_batch.kind, read.get("options", {}), size=size)
+        if mini_batch.kind != "jsonl":
+            return table, None
+        with open_input(path, size) as file:
+            return table, file.read()
     data = read_range(path, mini_batch.start, mini_batch.end)
     schema = pa.ipc.read_schema(pa.py_buffer(read["schema"]))
-    return parse_bytes(data, mini_batch.kind, read.get("options", {}), at_start=mini_batch.start == 0, schema=schema)
+    table = parse_bytes(data, mini_batch.kind, read.get("options", {}), at_start=mini_batch.start == 0, schema=schema)
+    return table, data if mini_batch.kind == "jsonl" else None
 
 
 def _key_rows(mini_batch: MiniBatch, read: dict[str, Any]) -> pa.Table:

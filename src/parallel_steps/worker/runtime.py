@@ -12,22 +12,15 @@ import dataclasses
 import faulthandler
 import inspect
 import json
-import importlib.machinery
-import importlib.util
 import logging
 import os
-import pickle
-import re
 import signal
 import sys
-import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from ..errors import error_line
 from ..inputs.fingerprints import file_tokens, fingerprint_of, local_tokens
@@ -35,7 +28,6 @@ from ..inputs.members import token_checks
 from ..inputs.minibatch import MiniBatch
 from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
-from ..storage.objects import is_url
 from ..store.logs import error_section, journal_line, mini_batch_tag, timed_out_detail
 from ..store.output import Spool, count_rows, row_errors, spool_path
 from ..store.space import disk_full, out_of_space, where_it_fits
@@ -43,14 +35,16 @@ from . import entry_script
 from .context import MiniBatchContext, wants_context
 from .downloads import Downloads
 from .hooks import worker_hooks
+from .limits import Limits
 from .read_ahead import ReadAhead
+from .script import import_entry
 
 if TYPE_CHECKING:
     import asyncio
     import cProfile
 
+_T = TypeVar("_T")
 STACK_DUMP_SIGNAL = signal.SIGUSR1
-_MODELS = ".models"  # models' copies beside side inputs' (no side input name starts with a dot)
 
 
 class WorkerRuntime:
@@ -68,8 +62,7 @@ class WorkerRuntime:
         self._inputs = ReadAhead(Downloads(prefix=f"parallel-steps-{spec.process_name}-"), spec.read_ahead)
         self._pid = os.getpid()  # in every journal line: a system call each, were it asked
         self.loop: asyncio.AbstractEventLoop | None = None  # where an `async def` init() and run() run
-        self._limits: dict[int, _Limit] = {}  # the run() timeouts of the mini-batches in flight, by index
-        self.on_limits: Callable[[], None] | None = None  # told when an entry script changes one (hang_timeout)
+        self.limits = Limits()  # the run() timeouts of the mini-batches an `async def run` has in flight
 
     def start(self) -> None:
         """Set up logging and the script's environment, import the script, call init(); raises on failure."""
@@ -79,24 +72,8 @@ class WorkerRuntime:
         self._journal = open(spec.logs.mini_batches, "a", encoding="utf-8")  # flushed with the results
         if spec.append_row:
             self._spool = Spool(spool_path(spec.parts_dir, f"{spec.node_id}-{spec.process_name}", spec.output_format))
-        root = logging.getLogger()
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(spec.logging_level)
-        entry_script.configure(
-            entry_script.WorkerContext(
-                log_dir=str(spec.logs.entry_script_log.parent),
-                entry_script_log=str(spec.logs.entry_script_log),
-                output_dir=spec.output_dir,
-                working_dir=os.getcwd(),
-                agent_name=spec.process_name,
-                node_id=spec.node_id,
-                side_inputs=spec.side_inputs,
-                logging_level=spec.logging_level,
-            ),
-            self._hang_timeout,
-        )
+        _set_up_logging(spec.logging_level)
+        entry_script.configure(_script_context(spec), self._hang_timeout)
         for hook in worker_hooks():  # what layers above the core provide to the script (the azureml.core names)
             hook.worker_started(spec)
         if spec.profile:
@@ -104,7 +81,7 @@ class WorkerRuntime:
 
             self._profiler = cProfile.Profile()
         try:
-            self._entry = self._import_entry()
+            self._entry = import_entry(self.spec)
             self._with_context = wants_context(self._entry["run"])
             if any(map(inspect.iscoroutinefunction, self._entry.values())):
                 import asyncio
@@ -147,33 +124,25 @@ class WorkerRuntime:
     ) -> Outcome:
         """`run` for an `async def run`, one of several in flight on the worker's event loop: the input is
         read on a thread, and past its run() `timeout` (counted from the start, the read included) the
-        coroutine is cancelled and the attempt ends timed out; the worker goes on (worker/in_flight.py)."""
+        coroutine is cancelled and the attempt ends timed out; the worker goes on (worker/limits.py)."""
         import asyncio
 
         attempt_ = _Attempt(mini_batch, attempt)
-        scope = asyncio.timeout(timeout)  # counts from now
-        self._limits[mini_batch.index] = _Limit(scope, timeout, asyncio.current_task())
-        self._limits_changed()
+        limit = None
         try:
-            async with scope:
+            async with self.limits.bound(mini_batch.index, timeout) as limit:
                 data, _, attempt_.during = await asyncio.to_thread(self._inputs.take, mini_batch)
                 self._loaded(attempt_, data, on_loaded)
                 result = await self._entry["run"](*self._arguments(data, mini_batch))
             outcome = self._succeeded(attempt_, data, result)
         except TimeoutError as exc:
-            limit = self._limits[mini_batch.index].seconds
-            outcome = self._timed_out(attempt_, exc, limit) if scope.expired() else self._failed(attempt_, exc)
+            if limit is not None and limit.scope.expired():
+                outcome = self._timed_out(attempt_, exc, limit.seconds)
+            else:
+                outcome = self._failed(attempt_, exc)
         except Exception as exc:
             outcome = self._failed(attempt_, exc)
-        finally:
-            del self._limits[mini_batch.index]
-            self._limits_changed()
         return self._ended(attempt_, outcome)
-
-    def deadline(self) -> float | None:
-        """The earliest run() deadline of the mini-batches in flight (`asyncio` loop time, which is
-        `time.monotonic()`); None when none has one."""
-        return min((when for limit in self._limits.values() if (when := limit.scope.when()) is not None), default=None)
 
     def _loaded(self, attempt: _Attempt, data: Any, on_loaded: Callable[[int], None] | None) -> None:
         attempt.input_s = time.time() - attempt.started
@@ -186,7 +155,7 @@ class WorkerRuntime:
 
     def _succeeded(self, attempt: _Attempt, data: Any, result: Any) -> Outcome:
         """The outcome of a run() that returned `result`, its rows appended to the spool."""
-        fingerprint, checks = self._fingerprint(attempt.mini_batch, data)
+        fingerprint, checks = _fingerprint(attempt.mini_batch, data, self.spec.fingerprint_mode)
         outcome = Outcome(True, attempt.items, count_rows(result), fingerprint=fingerprint, checks=checks)
         outcome.row_errors, first = row_errors(result)
         if first is not None:  # the mini-batch succeeds; its error is kept for the ledger and the run's log
@@ -261,84 +230,36 @@ class WorkerRuntime:
 
     # Internals ------------------------------------------------------------------
 
-    def _import_entry(self) -> dict[str, Callable[..., Any]]:
-        spec = self.spec
-        if spec.entry_callables is not None:
-            functions = pickle.loads(spec.entry_callables)
-            sys.argv = ["parallel_run", *list(spec.arguments)]
-            return {k: v for k, v in functions.items() if v is not None}
-        if spec.entry_script is None:
-            raise ValueError("the worker was given neither an entry script nor its functions")
-        script = Path(spec.entry_script)
-        for folder in dict.fromkeys([spec.source_directory, str(script.parent)]):
-            if folder and folder not in sys.path:
-                sys.path.insert(0, folder)
-        sys.argv = [str(script), *list(spec.arguments)]
-        module = _import_script(script)
-        if not callable(getattr(module, "run", None)):
-            raise AttributeError(f"{script} defines no run(mini_batch) function")
-        return {
-            name: getattr(module, name) for name in ("init", "run", "shutdown") if callable(getattr(module, name, None))
-        }
-
     def _opened(self, file: TextIO | None) -> TextIO:
         """A log file start() opened (the error file, the journal): what is written after start()."""
         if file is None:
             raise RuntimeError("the worker's log files are opened by start()")
         return file
 
-    def _fingerprint(self, mini_batch: MiniBatch, data: Any) -> tuple[str | None, bytes | None]:
-        """The fingerprint and file checks of a mini-batch the plan left unfingerprinted: objects by the
-        tokens their listing gave (or, mode `content`, by hashing the local copies `data` names), local
-        files by their stat."""
-        if mini_batch.fingerprint is not None:
-            return None, None
-        paths, mode = mini_batch.paths, self.spec.fingerprint_mode
-        listed = mini_batch.read.get("tokens") if mini_batch.read else None
-        if mode == "content":
-            tokens = file_tokens(data if listed else paths, [None] * len(paths), mode)
-        elif listed:
-            tokens = [token or file_tokens([path], [None], mode)[0] for path, token in zip(paths, listed)]
-        else:
-            tokens = local_tokens(paths)
-        return fingerprint_of(paths, tokens), token_checks(tokens)
-
     @property
     def is_async(self) -> bool:
         """Whether the entry script's run() is an `async def`: mini-batches go through `run_async`."""
         return inspect.iscoroutinefunction(self._entry.get("run"))
 
+    def run_until_complete(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run `coroutine` on the worker's event loop (made by start() for an `async def` in the script)."""
+        if self.loop is None:
+            raise RuntimeError("the entry script has no async def: the worker has no event loop")
+        return self.loop.run_until_complete(coroutine)
+
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         """init() or shutdown(), an `async def` one run to its end on the worker's loop."""
-        if inspect.iscoroutinefunction(function) and self.loop is not None:
-            return self.loop.run_until_complete(function(*args))
+        if inspect.iscoroutinefunction(function):
+            return self.run_until_complete(function(*args))
         if self._profiler is None:
             return function(*args)
         return self._profiler.runcall(function, *args)
 
     def _hang_timeout(self, seconds: float | None) -> None:
-        """`context.hang_timeout(seconds)` from the entry script: in an `async def run`, the limit of the
-        mini-batch whose task calls it, kept here (negative: its run() timeout again, from now); else the
-        limit of the one mini-batch that runs, kept by the pool."""
-        import asyncio
-
-        limit = None
-        if self._limits:
-            task = asyncio.current_task(self.loop) if self.loop is not None and self.loop.is_running() else None
-            limit = next((limit for limit in self._limits.values() if limit.task is task), None)
-        if limit is None:
-            if self._hang_timeout_hook:
-                self._hang_timeout_hook(seconds)
-            return
-        seconds = limit.seconds if seconds is not None and seconds < 0 else seconds
-        loop_time = asyncio.get_running_loop().time()
-        limit.scope.reschedule(None if seconds is None else loop_time + seconds)
-        limit.seconds = seconds
-        self._limits_changed()
-
-    def _limits_changed(self) -> None:
-        if self.on_limits:
-            self.on_limits()
+        """`context.hang_timeout(seconds)` from the entry script: the limit of the mini-batch whose task calls it,
+        in an `async def run`; else that of the one mini-batch that runs, kept by the pool."""
+        if not self.limits.move(seconds) and self._hang_timeout_hook:
+            self._hang_timeout_hook(seconds)
 
     def _log_error(self, where: str, exc: BaseException) -> str:
         """Write the full traceback to this worker's error file (where it fits); return it for the driver."""
@@ -385,13 +306,44 @@ class _Attempt:
         self.items = self.mini_batch.items
 
 
-@dataclass
-class _Limit:
-    """The run() timeout of a mini-batch in flight in an `async def run`: its `asyncio.timeout` and its task."""
+def _fingerprint(mini_batch: MiniBatch, data: Any, mode: str) -> tuple[str | None, bytes | None]:
+    """The fingerprint and file checks of a mini-batch the plan left unfingerprinted: objects by the
+    tokens their listing gave (or, mode `content`, by hashing the local copies `data` names), local
+    files by their stat."""
+    if mini_batch.fingerprint is not None:
+        return None, None
+    paths = mini_batch.paths
+    listed = mini_batch.read.get("tokens") if mini_batch.read else None
+    if mode == "content":
+        tokens = file_tokens(data if listed else paths, [None] * len(paths), mode)
+    elif listed:
+        tokens = [token or file_tokens([path], [None], mode)[0] for path, token in zip(paths, listed)]
+    else:
+        tokens = local_tokens(paths)
+    return fingerprint_of(paths, tokens), token_checks(tokens)
 
-    scope: asyncio.Timeout
-    seconds: float | None
-    task: asyncio.Task[Any] | None = None
+
+def _set_up_logging(level: str) -> None:
+    """The root logger at the step's level, to the worker's stdout log."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _script_context(spec: WorkerSpec) -> entry_script.WorkerContext:
+    """What the entry script's context (`azureml_user`'s) says of this worker."""
+    return entry_script.WorkerContext(
+        log_dir=str(spec.logs.entry_script_log.parent),
+        entry_script_log=str(spec.logs.entry_script_log),
+        output_dir=spec.output_dir,
+        working_dir=os.getcwd(),
+        agent_name=spec.process_name,
+        node_id=spec.node_id,
+        side_inputs=spec.side_inputs,
+        logging_level=spec.logging_level,
+    )
 
 
 def _not_written(outcome: Outcome, spool: str) -> None:
@@ -399,75 +351,6 @@ def _not_written(outcome: Outcome, spool: str) -> None:
     driver then stops the run (a retry cannot make space)."""
     outcome.ok, outcome.part, outcome.no_space = False, None, spool
     outcome.error = str(disk_full(spool))
-
-
-def _import_script(script: Path) -> ModuleType:
-    """The entry script as a module named after it, whatever its file name ends with (`score`, `score.txt`:
-    the checks compile any file as Python, so the worker imports any)."""
-    loader = importlib.machinery.SourceFileLoader(script.stem, str(script))
-    module_spec = importlib.util.spec_from_file_location(script.stem, script, loader=loader)
-    if module_spec is None:  # not with a loader given (the type says it may be)
-        raise ImportError(f"cannot import {script}")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[script.stem] = module
-    loader.exec_module(module)
-    return module
-
-
-def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
-    """Copy side inputs and models once to this machine and point the spec (and arguments naming side
-    inputs) at the copies: those named by URLs always, local paths too with `copy_paths` (Ray nodes may
-    not share a filesystem). Copies live under side_inputs_dir()/<run id>/<name>/ (models under
-    .models/<name>/), removed when the run ends."""
-    root = side_inputs_root(spec)
-    side_inputs = _copies(spec.side_inputs, root, copy_paths)
-    models = _copies(spec.models, root / _MODELS, copy_paths)
-    if not side_inputs and not models:
-        return spec
-    moves = sorted(((spec.side_inputs[name], path) for name, path in side_inputs.items()), key=lambda m: -len(m[0]))
-    return dataclasses.replace(
-        spec,
-        side_inputs={**spec.side_inputs, **side_inputs},
-        models={**spec.models, **models},
-        arguments=[_repoint(arg, moves) for arg in spec.arguments],
-    )
-
-
-def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, str]:
-    """name -> local copy of the entries that need one (URLs; local paths too with `copy_paths`)."""
-    wanted = {name: path for name, path in entries.items() if copy_paths or is_url(path)}
-    if not wanted:  # most steps: no import of asyncio and fsspec (a tenth of a second of each worker's start)
-        return {}
-    from ..storage.fetch import copy_once
-
-    return {name: copy_once(path, root / name) for name, path in wanted.items()}
-
-
-def side_inputs_dir() -> Path:
-    """Where every run's side-input copies go on this machine. Asked when needed, not when the module is
-    imported: the first question for the temporary folder writes a probe file in it (tempfile's check that
-    it is writable), which a worker killed at that moment would leave behind."""
-    return Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
-
-
-def side_inputs_root(spec: WorkerSpec) -> Path:
-    """This run's folder of side-input copies on a machine (the run folder holds `parts_dir`)."""
-    return side_inputs_dir() / Path(spec.parts_dir).parent.name
-
-
-def copies_root(spec: WorkerSpec, copy_paths: bool) -> Path | None:
-    """Where `localize_side_inputs(spec, copy_paths)` puts copies of side inputs and models on a
-    machine, when it makes any: the folder a pool removes when the run ends."""
-    entries = [*spec.side_inputs.values(), *spec.models.values()]
-    return side_inputs_root(spec) if any(copy_paths or is_url(path) for path in entries) else None
-
-
-def _repoint(argument: str, moves: list[tuple[str, str]]) -> str:
-    """Replace a side input's original path inside an argument (whole path components only)."""
-    for source, local in moves:
-        literal = local.replace("\\", "\\\\")  # a replacement reads backslashes as escapes
-        argument = re.sub(re.escape(source) + r"(?=$|[/\s,;:])", literal, argument)
-    return argument
 
 
 class InitError(Exception):

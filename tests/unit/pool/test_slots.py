@@ -450,4 +450,6 @@ def test_the_texts_of_losses():
     assert out_of_memory_detail(2**30, 2**29) == "OutOfMemory: worker used 1024 MB, above worker_memory_limit 512 MB"
     assert shutdown_cut_off_detail(30) == "shutdown() did not finish within 30 s; the worker is killed"
     assert died_in_init_detail("exit code 4") == "worker died during init(): exit code 4"
-    assert unattributed_detail(5) == "; which of the 5 mini-batches it ran caused it is not known: each runs again alone"
+    assert (
+        unattributed_detail(5) == "; which of the 5 mini-batches it ran caused it is not known: each runs again alone"
+    )

@@ -20,7 +20,7 @@ import functools
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from ...inputs.minibatch import MiniBatch
 from ...protocol import Outcome, RunAttempts, StopWorker
@@ -41,14 +41,11 @@ class InFlight:
         self.queue: collections.deque[tuple[MiniBatch, int, float | None, bool]] = collections.deque()
         self.running: dict[asyncio.Task[Outcome], tuple[int, float]] = {}  # task -> (index, since)
         self.alone = False  # what runs was sent to run alone
-        runtime.on_limits = self._mark
+        runtime.limits.on_change = self._mark
 
     def serve(self) -> int:
         """Run what the pool sends until it says stop (0) or its end closes (0, after the script's shutdown())."""
-        loop = self.runtime.loop
-        if loop is None:
-            raise RuntimeError("an async run() without the worker's event loop")
-        loop.run_until_complete(self._serve())
+        self.runtime.run_until_complete(self._serve())
         self.runtime.shutdown()
         return 0
 
@@ -65,14 +62,16 @@ class InFlight:
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not receiving:
-                    self._ended(task)
+                    self._ended(cast("asyncio.Task[Outcome]", task))
                     continue
                 message = task.result()
                 if not isinstance(message, RunAttempts):  # StopWorker (it is idle) or the pool's end closed
                     await self._cancel_all()
                     return
                 alone = message.alone
-                self.queue.extend((mb, attempt, timeout, mb.index in alone) for mb, attempt, timeout in message.attempts)
+                self.queue.extend(
+                    (mb, attempt, timeout, mb.index in alone) for mb, attempt, timeout in message.attempts
+                )
                 receiving = asyncio.ensure_future(inbox.get())
 
     def _start_what_fits(self) -> None:
@@ -105,7 +104,7 @@ class InFlight:
             return
         starts = self.running.values()
         index = next(iter(starts))[0] if len(self.running) == 1 else _NONE
-        deadline = self.runtime.deadline()
+        deadline = self.runtime.limits.deadline()
         self.marker.set(index, min(since for _, since in starts), math.inf if deadline is None else deadline)
 
     async def _cancel_all(self) -> None:

@@ -47,7 +47,7 @@ from ...protocol import (
     WorkerResults,
 )
 from ...store.logs import note_hang, stderr_tail
-from ...worker.runtime import copies_root
+from ...worker.side_inputs import copies_root
 from ..base import PoolSettings, WorkerPool, decided_loss
 from ..slots import (
     DUMP_GRACE_S,

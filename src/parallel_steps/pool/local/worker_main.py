@@ -23,9 +23,9 @@ import time
 from ...host import end_process
 from ...inputs.minibatch import MiniBatch
 from ...protocol import RunAttempts, StopWorker, ToWorker, WorkerInitFailed, WorkerReady
-from ...worker.runtime import InitError, WorkerRuntime, localize_side_inputs
+from ...worker.runtime import InitError, WorkerRuntime
+from ...worker.side_inputs import localize_side_inputs
 from .frames import WorkerEnd
-from .in_flight import InFlight
 from .marker import Marker
 from .outbox import Outbox
 from .process import TMPDIR_VARIABLE
@@ -59,7 +59,9 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
         conn.send(WorkerInitFailed(str(exc), os.getpid()))
         return 3
     conn.send(WorkerReady(os.getpid()))
-    if runtime.is_async:
+    if runtime.is_async:  # several mini-batches in flight on one event loop
+        from .in_flight import InFlight  # asyncio, imported by the workers that use it
+
         return InFlight(runtime, conn, marker, outbox, spec.max_concurrency).serve()
     queue: collections.deque[tuple[MiniBatch, int]] = collections.deque()
     while True:

@@ -3,7 +3,8 @@
 The actor sets up the worker environment and log files like a local worker process,
 then drives a `WorkerRuntime` in its main thread (entry scripts that install signal
 handlers keep working). Each call runs several mini-batches (`run_many`) and returns
-their outcomes together. Messages it sends while a call is still going (a mini-batch
+their outcomes together; an `async def run` runs those of a call at once, up to
+`max_concurrency_per_worker`. Messages it sends while a call is still going (a mini-batch
 that runs long, items loaded, a changed hang timeout, memory above the limit, the end
 of a mini-batch said to run: watch.py) go through one small `Mailbox` actor
 (mailbox.py), so the pool waits on a single extra ref; the end of each call is
@@ -24,7 +25,8 @@ import ray
 
 from ...inputs.minibatch import MiniBatch
 from ...protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
-from ...worker.runtime import InitError, WorkerRuntime, localize_side_inputs
+from ...worker.runtime import InitError, WorkerRuntime
+from ...worker.side_inputs import localize_side_inputs
 from .ends import FileEnds, MailboxEnds, ends_for
 from .watch import Watch, arm_dump
 
@@ -93,13 +95,16 @@ class ParallelStepsWorker:
         told = 0  # how many of `results` the pool has already
         watch.call([timeout for _, _, timeout in attempts])
         try:
-            for position, (mini_batch, attempt, _) in enumerate(attempts):
-                upcoming = attempts[position + 1][0] if position + 1 < len(attempts) else None  # read meanwhile
-                watch.begin(position, mini_batch.index, attempt)
-                outcome = runtime.run(mini_batch, attempt, on_loaded=watch.loaded, upcoming=upcoming)
-                results.append((mini_batch.index, outcome))
-                if watch.end(position):
-                    told = self._tell_end(runtime, mini_batch.index, attempt, results, told)
+            if runtime.is_async:  # at once, up to max_concurrency_per_worker
+                results = runtime.run_until_complete(_run_concurrently(runtime, attempts))
+            else:
+                for position, (mini_batch, attempt, _) in enumerate(attempts):
+                    upcoming = attempts[position + 1][0] if position + 1 < len(attempts) else None  # read meanwhile
+                    watch.begin(position, mini_batch.index, attempt)
+                    outcome = runtime.run(mini_batch, attempt, on_loaded=watch.loaded, upcoming=upcoming)
+                    results.append((mini_batch.index, outcome))
+                    if watch.end(position):
+                        told = self._tell_end(runtime, mini_batch.index, attempt, results, told)
         finally:
             watch.idle()
             runtime.flush(outcome for _, outcome in results[told:])  # a full disk may turn outcomes into failures
@@ -136,6 +141,22 @@ class ParallelStepsWorker:
 
     def _post(self, message: ActorPost) -> None:
         self._mailbox.post.remote(self._id, message)
+
+
+async def _run_concurrently(
+    runtime: WorkerRuntime, attempts: list[tuple[MiniBatch, int, float | None]]
+) -> list[tuple[int, Outcome]]:
+    """The mini-batches of one call to an `async def run`, up to `max_concurrency_per_worker` in flight, each
+    with its own run() timeout (`WorkerRuntime.run_async`); their (index, outcome) pairs in call order."""
+    import asyncio
+
+    places = asyncio.Semaphore(runtime.spec.max_concurrency)
+
+    async def run_one(mini_batch: MiniBatch, attempt: int, timeout: float | None) -> tuple[int, Outcome]:
+        async with places:
+            return mini_batch.index, await runtime.run_async(mini_batch, attempt, timeout)
+
+    return list(await asyncio.gather(*(run_one(*attempt) for attempt in attempts)))
 
 
 def _shared_run_dir_problem(spec: WorkerSpec) -> str | None:

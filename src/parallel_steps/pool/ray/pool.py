@@ -56,7 +56,7 @@ from ...protocol import (
     WorkerRunning,
 )
 from ...store.logs import stderr_tail
-from ...worker.runtime import copies_root
+from ...worker.side_inputs import copies_root
 from ..base import PoolSettings, WorkerPool, decided_loss
 from ..slots import Due, WorkerState, died_in_init_detail, next_wakeup, unattributed_detail
 from .actor import ParallelStepsWorker
