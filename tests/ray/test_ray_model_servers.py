@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 from model_server import ModelServer
-
 from parallel_steps import ParallelRunConfig
 from parallel_steps.run.step import run_step
 

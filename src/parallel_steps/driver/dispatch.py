@@ -228,7 +228,7 @@ class Driver:
             raise disk_full(outcome.no_space)
         items = outcome.items if outcome.items is not None else current.items
         current.started = outcome.started
-        self.worker_time.attempt(event.worker.id, outcome.duration, outcome.input_s)
+        self.worker_time.attempt(event.worker.id, outcome.started, outcome.duration, outcome.input_s)
         self._depth.observe(outcome.duration)
         if outcome.ok:
             self.outcomes.succeeded(event.worker, current, items, outcome)
@@ -253,7 +253,7 @@ class Driver:
         self.worker_time.ended(worker.id, time.time())
         if current is not None:
             duration = time.time() - current.started
-            self.worker_time.attempt(worker.id, duration, 0.0)
+            self.worker_time.attempt(worker.id, current.started, duration, 0.0)
             reason, detail, code = event.reason, event.detail, event.exit_code
             if self.outcomes.failed(worker, current, current.items, reason, detail, code, duration, reason):
                 self._retry.append((current.mini_batch, current.attempt + 1))

@@ -2,8 +2,9 @@
 its loss: in `run()` (with writing what it returned), waiting for its input (read, or its read-ahead to end),
 or idle (waiting for the driver: nothing left to run, or results still being committed).
 
-The attempts say how long each took and how much of it was spent waiting for input (`Outcome.input_s`);
-idle is the rest. The shares go into the run's summary (`worker_time` in run.json) and onto its report.
+The attempts say when each started, how long it took and how much of it was spent waiting for input
+(`Outcome.input_s`); idle is the rest. A worker with several mini-batches in flight (`async def run`) is
+busy while any is: only the time an attempt adds to what the worker's earlier ones covered counts. The shares go into the run's summary (`worker_time` in run.json) and onto its report.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class _Worker:
     ended: float | None = None
     run_s: float = 0.0
     input_s: float = 0.0
+    busy_until: float = 0.0  # the end of the latest attempt counted (the worker's clock)
 
     def times(self, now: float) -> dict[str, float]:
         alive = max(0.0, (self.ended or now) - self.ready)
@@ -35,10 +37,15 @@ class WorkerTime:
     def ready(self, worker: str, at: float) -> None:
         self._workers[worker] = _Worker(at)
 
-    def attempt(self, worker: str, duration: float, input_s: float) -> None:
-        if entry := self._workers.get(worker):
-            entry.run_s += max(0.0, duration - input_s)
-            entry.input_s += input_s
+    def attempt(self, worker: str, started: float, duration: float, input_s: float) -> None:
+        if (entry := self._workers.get(worker)) is None:
+            return
+        end = started + duration
+        new = min(duration, max(0.0, end - max(started, entry.busy_until)))  # not covered by earlier attempts
+        entry.busy_until = max(entry.busy_until, end)
+        waiting = input_s / duration if duration > 0 else 0.0
+        entry.run_s += new * (1 - waiting)
+        entry.input_s += new * waiting
 
     def ended(self, worker: str, at: float) -> None:
         if (entry := self._workers.get(worker)) and entry.ended is None:
