@@ -7,9 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-from model_server import ModelServer
 from prefect_helpers import flow_run_id, summary_table
 
+from model_server import ModelServer
 from parallel_steps.prefect import parallel_run
 from prefect import flow
 

@@ -354,7 +354,7 @@ def test_a_worker_killed_among_the_quick_mini_batches_of_a_call_blames_only_the_
     assert culprit[-1] == "succeeded"
     named = culprit[:-1]
     assert set(named) <= {"crashed"}
-    unnamed = [detail for detail in _replacements(summary) if "mini-batches of its call it ran is not known" in detail]
+    unnamed = [detail for detail in _replacements(summary) if "mini-batches it ran caused it is not known" in detail]
     assert len(named) + len(unnamed) == 2  # each of its two kills: named and counted, or naming none
     assert summary["attempts_retried"] == len(named)
     assert summary["workers_started"] == 3
