@@ -1,7 +1,7 @@
 """A model behind a server: one async worker against synchronous workers; then a model generating in-process.
 
     .venvs/bench/bin/python bench/model_server.py [--requests 3000] [--latency 0.1] [--server-concurrency 32]
-        [--sync-workers 2] [--concurrency 32] [--rows-per-batch 8] [--repeat 1] [--skip-generate]
+        [--sync-workers 2] [--concurrency 8] [--rows-per-batch 8] [--repeat 1] [--skip-generate]
 
 Needs the `openai` package (examples/openai_batch/score.py uses it) and, for the second part, torch and
 transformers; .venvs/bench has them. Nothing is downloaded: the model is built at random weights here.
@@ -13,13 +13,15 @@ its capacity is server-concurrency / latency requests a second (320 by default).
 
   sync   a synchronous run() (written to the temp folder) that sends its rows one after another with the
          blocking `openai.OpenAI` client, in `--sync-workers` workers: each worker has one request in flight,
-         so N workers reach at most N / latency requests a second.
+         so N workers reach at most N / latency requests a second (the sync side takes 150 s at the defaults).
   async  examples/openai_batch/score.py, whose run() is an `async def`, in ONE worker with
          `max_concurrency_per_worker: --concurrency`: up to concurrency x rows-per-batch requests in flight.
 
 Printed for each: the wall of run_step() and the run's own elapsed_s (both include starting the workers and
-their init()), requests a second over elapsed_s and its share of the server's capacity, the same over the
-server's busy window (its first request to its last answer), and the most requests the server held at once.
+their init(); "start s" is the slowest worker's start, from the run's events), requests a second over
+elapsed_s and its share of the server's capacity, the same over the server's busy window (its first request
+to its last answer), the most requests the server held at once, and the CPU seconds the workers used (their
+start included): an async worker whose CPU seconds come near the busy window is bound by its core.
 Every custom_id must come back exactly once without an error, else the bench stops. With `--repeat`, each
 figure is the median of the rounds. Goal (issue 46): one async worker reaches >= 0.9 of the server's capacity
 over the busy window; the synchronous workers reach about N / latency.
@@ -28,7 +30,8 @@ Generate (unless `--skip-generate`): a real model in init(), generating text in-
 random weights (torch.manual_seed(0)) with a word vocabulary of its own is saved to the temp folder and given
 to the step as a side input; each worker loads it in init() and greedily generates `--new-tokens` tokens for
 every prompt of a `--prompts`-row table, one mini-batch at a time, in 2 workers of 1 thread each. Printed:
-rows and tokens a second over elapsed_s, and over the workers' time in run().
+rows and tokens a second over elapsed_s (most of it the workers' start: importing torch, loading the model),
+and over the workers' time in run().
 """
 
 import argparse
@@ -36,6 +39,7 @@ import json
 import os
 import platform
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -46,7 +50,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))  # first: `model_server` is the test server, not this file
 sys.path.insert(0, str(ROOT / "src"))
 
 from model_server import ModelServer  # noqa: E402
@@ -54,7 +58,7 @@ from parallel_steps import ParallelRunConfig, TabularDataset, run_step  # noqa: 
 
 ASYNC_SCRIPT = ROOT / "examples" / "openai_batch" / "score.py"
 SYNC_SCRIPT = textwrap.dedent('''
-    """score.py's run() written synchronously: the rows' requests one after another, the same output lines."""
+    """score.py's run() written synchronously (chat completions only): one request after another, same lines."""
     import argparse
     import json
     import os
@@ -130,6 +134,7 @@ GENERATE_SCRIPT = textwrap.dedent('''
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70: two of them make 4900 words
 VOCABULARY = [a + b for a in SYLLABLES for b in SYLLABLES][:1000]  # the model's words, one token each
 PROMPT_WORDS = 12
+TIMES = ("wall", "elapsed", "start", "busy", "cpu")  # the seconds measured of each request run
 
 
 # The data ------------------------------------------------------------------------------------------
@@ -166,6 +171,12 @@ def read_lines(path: Path) -> list[dict]:
         return [json.loads(line) for line in file]
 
 
+def worker_start_s(run_dir: str) -> float:
+    """The longest any worker took to start (its process, its imports and init()), from the run's events."""
+    events = read_lines(Path(run_dir) / "logs" / "sys" / "events.jsonl")
+    return max(event["starting_s"] for event in events if event["type"] == "worker_started")
+
+
 # The server side -----------------------------------------------------------------------------------
 
 
@@ -181,20 +192,28 @@ def serve(server: ModelServer, step: ParallelRunConfig, count: int) -> dict:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    start = time.perf_counter()
+    cpu, start = workers_cpu_s(), time.perf_counter()
     summary = run_step(step)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, workers_cpu_s() - cpu
     watcher.join(timeout=1)
     if summary["status"] != "Succeeded" or len(window) != 2:
         raise SystemExit(f"{step.name}: {summary['status']} ({summary.get('status_reason')}), {summary['run_dir']}")
     return {
         "wall": wall,
         "elapsed": summary["elapsed_s"],
+        "start": worker_start_s(summary["run_dir"]),
         "busy": window[1] - window[0],
+        "cpu": cpu,
         "max_in_flight": server.max_in_flight,
         "mini_batches": summary["mini_batches_total"],
         "run_dir": summary["run_dir"],
     }
+
+
+def workers_cpu_s() -> float:
+    """CPU seconds of this process's children that ended: a run's workers, reaped by its driver."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
 
 
 def check_answers(path: Path, count: int, run_dir: str) -> None:
@@ -263,8 +282,8 @@ def report_requests(rounds: dict[str, list[dict]], server: ModelServer, args: ar
         f"capacity {capacity:.0f} req/s; ~{args.rows_per_batch} rows per mini-batch; median of {args.repeat}"
     )
     print(
-        f"  {'side':30} {'batches':>7} {'wall s':>7} {'run s':>7} {'req/s':>7} {'/cap':>5}  "
-        f"{'busy s':>7} {'req/s':>7} {'/cap':>5}  {'max in flight':>13}"
+        f"  {'side':30} {'batches':>7} {'wall s':>7} {'run s':>7} {'start s':>7} {'req/s':>7} {'/cap':>5}  "
+        f"{'busy s':>7} {'req/s':>7} {'/cap':>5}  {'max in flight':>13} {'CPU s':>6}"
     )
     labels = {
         "sync": f"sync run(), {args.sync_workers} workers",
@@ -272,21 +291,21 @@ def report_requests(rounds: dict[str, list[dict]], server: ModelServer, args: ar
     }
     rates = {}
     for side, results in rounds.items():
-        wall, elapsed, busy = (statistics.median(r[key] for r in results) for key in ("wall", "elapsed", "busy"))
+        wall, elapsed, start, busy, cpu = (statistics.median(r[key] for r in results) for key in TIMES)
         most = statistics.median(r["max_in_flight"] for r in results)
         rates[side] = args.requests / busy
         print(
             f"  {labels[side]:30} {results[0]['mini_batches']:>7} {wall:7.2f} {elapsed:7.2f} "
-            f"{args.requests / elapsed:7.1f} {args.requests / elapsed / capacity:5.2f}  "
-            f"{busy:7.2f} {rates[side]:7.1f} {rates[side] / capacity:5.2f}  {most:>13.0f}"
+            f"{start:7.2f} {args.requests / elapsed:7.1f} {args.requests / elapsed / capacity:5.2f}  "
+            f"{busy:7.2f} {rates[side]:7.1f} {rates[side] / capacity:5.2f}  {most:>13.0f} {cpu:6.2f}"
         )
     bound = args.sync_workers / args.latency
     share = rates["async"] / capacity
     print(
         f"  goal: one async worker >= 0.90 of capacity over the busy window: {share:.2f} "
-        f"({'met' if share >= 0.9 else 'NOT met'}); {args.sync_workers} sync workers reach "
-        f"{rates['sync']:.1f} req/s = {rates['sync'] / bound:.2f} x their latency bound {bound:.0f} req/s "
-        f"({args.sync_workers} / {args.latency} s); async / sync {rates['async'] / rates['sync']:.1f}x"
+        f"({'met' if share >= 0.9 else 'NOT met'}); async / sync {rates['async'] / rates['sync']:.1f}x\n"
+        f"  sync: {args.sync_workers} workers reach {rates['sync']:.1f} req/s = {rates['sync'] / bound:.2f} x their "
+        f"latency bound, {args.sync_workers} / {args.latency} s = {bound:.0f} req/s"
     )
 
 
@@ -296,11 +315,20 @@ def report_requests(rounds: dict[str, list[dict]], server: ModelServer, args: ar
 def save_model(folder: Path) -> None:
     """A 2-layer GPT-2 at seeded random weights and its word vocabulary, saved as a model folder."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    import transformers
 
+    transformers.logging.disable_progress_bar()
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=len(VOCABULARY), n_positions=128)
-    GPT2LMHeadModel(config).save_pretrained(folder)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=128,
+        vocab_size=len(VOCABULARY),
+        n_positions=128,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     (folder / "vocabulary.json").write_text(json.dumps(VOCABULARY))
 
 
@@ -337,14 +365,14 @@ def generate(work: Path, args: argparse.Namespace) -> None:
     if summary["status"] != "Succeeded" or len(lines) != args.prompts or words != {args.new_tokens}:
         raise SystemExit(f"generate: {summary['status']}, {len(lines)} rows, {words} tokens ({summary['run_dir']})")
     in_run = sum(w["run_s"] for w in summary["worker_time"]["workers"].values()) / workers
-    tokens = args.prompts * args.new_tokens
-    elapsed = summary["elapsed_s"]
+    tokens, elapsed, started = args.prompts * args.new_tokens, summary["elapsed_s"], worker_start_s(summary["run_dir"])
     print(
         f"\ngenerate: GPT-2 of 2 layers x 128 at random weights, {args.prompts} prompts of {PROMPT_WORDS} tokens, "
-        f"{args.new_tokens} new tokens each (greedy), {workers} workers x 1 thread, {summary['mini_batches_total']} "
-        f"mini-batches\n  wall {wall:.2f} s, run {elapsed:.2f} s: {args.prompts / elapsed:.1f} rows/s, "
-        f"{tokens / elapsed:.0f} tokens/s; in run() ({in_run:.2f} s a worker): {args.prompts / in_run:.1f} rows/s, "
-        f"{tokens / in_run:.0f} tokens/s"
+        f"{args.new_tokens} new tokens each (greedy), {workers} workers x 1 thread, "
+        f"{summary['mini_batches_total']} mini-batches\n"
+        f"  wall {wall:.2f} s, run {elapsed:.2f} s (workers started in {started:.2f} s): "
+        f"{args.prompts / elapsed:.1f} rows/s, {tokens / elapsed:.0f} tokens/s\n"
+        f"  in run() ({in_run:.2f} s a worker): {args.prompts / in_run:.1f} rows/s, {tokens / in_run:.0f} tokens/s"
     )
 
 
@@ -354,7 +382,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds each request holds a server slot")
     parser.add_argument("--server-concurrency", type=int, default=32, help="the server's slots")
     parser.add_argument("--sync-workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=32, help="the async worker's max_concurrency_per_worker")
+    parser.add_argument("--concurrency", type=int, default=8, help="the async worker's max_concurrency_per_worker")
     parser.add_argument("--rows-per-batch", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--skip-generate", action="store_true")
@@ -365,7 +393,7 @@ def main() -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # workers import openai and torch with caches, as installed
     print(
         f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {platform.platform()}, "
-        f"Python {platform.python_version()}"
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f}"
     )
     with tempfile.TemporaryDirectory(prefix="bench-model-server-") as folder:
         compare_requests(Path(folder), args)
