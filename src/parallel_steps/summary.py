@@ -132,6 +132,7 @@ class Counters:
     items_succeeded: int = 0
     items_failed: int = 0
     items_with_errors: int = 0  # of items_failed, those whose rows returned an error (not reused by a rerun)
+    items_without_result: int = 0  # items run() returned no result for, not counted as failures (error_threshold -1)
     attempts_retried: int = 0
     workers_started: int = 0
     init_failures: int = 0
@@ -140,6 +141,9 @@ class Counters:
     inputs_changed: int = 0
     inputs_deleted: int = 0
     planning: bool = False  # the plan is still being written: mini_batches_total will grow
+    #: Whether an item run() returned no result for is a failure (ParallelRunStep's rule); with error_threshold -1
+    #: a script that writes its own files and returns nothing succeeds, and those items are counted apart.
+    no_result_fails: bool = True
 
     @property
     def done(self) -> int:
@@ -150,12 +154,16 @@ class Counters:
         """Mini-batches that got their outcome in this run (not taken from an earlier one)."""
         return self.done - self.mini_batches_reused
 
-    def add_succeeded(self, items: int, items_failed: int, reused: bool = False) -> None:
+    def add_succeeded(self, items: int, items_failed: int, reused: bool = False, without_result: int = 0) -> None:
+        """A succeeded mini-batch of `items`, `items_failed` of them without a good result, `without_result` of
+        those because run() returned fewer results than items."""
+        without = 0 if self.no_result_fails else min(without_result, items_failed)
         self.mini_batches_succeeded += 1
         self.mini_batches_reused += reused
         self.items_total += items
         self.items_succeeded += items - items_failed
-        self.items_failed += items_failed
+        self.items_failed += items_failed - without
+        self.items_without_result += without
 
     def add_failed(self, items: int) -> None:
         self.mini_batches_failed += 1
@@ -168,6 +176,7 @@ class Counters:
             items_succeeded=self.items_succeeded,
             items_failed=self.items_failed,
             items_with_errors=self.items_with_errors,
+            items_without_result=self.items_without_result,
             mini_batches_total=self.mini_batches_total,
             mini_batches_succeeded=self.mini_batches_succeeded,
             mini_batches_failed=self.mini_batches_failed,
@@ -182,13 +191,16 @@ class Counters:
         )
 
     @classmethod
-    def of(cls, summary: Mapping[str, Any]) -> Counters:
-        """The counts of an earlier run's summary (to judge them against this run's thresholds)."""
+    def of(cls, summary: Mapping[str, Any], no_result_fails: bool = True) -> Counters:
+        """The counts of an earlier run's summary, to judge them against this run's thresholds: under which
+        items without a result are failures (`no_result_fails`) or not."""
+        without = summary.get("items_without_result", 0)
         return cls(
             mini_batches_total=summary.get("mini_batches_total", 0),
             mini_batches_succeeded=summary.get("mini_batches_succeeded", 0),
             mini_batches_failed=summary.get("mini_batches_failed", 0),
-            items_failed=summary.get("items_failed", 0),
+            items_failed=summary.get("items_failed", 0) + (without if no_result_fails else 0),
+            items_without_result=0 if no_result_fails else without,
         )
 
 

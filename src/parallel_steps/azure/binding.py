@@ -94,10 +94,16 @@ class Bindings:
 
 
 def bind(node: Node, bindings: Bindings, outputs_root: Path | None = None) -> dict[str, Any]:
-    """The node's job with every reference resolved (`outputs_root`: see `Bindings.node_outputs`)."""
-    job = dict(node.job)
+    """The node's job with every reference resolved (`outputs_root`: see `Bindings.node_outputs`): its inputs
+    and outputs, and any other field (`resources.instance_count: ${{parent.inputs.nodes}}`, `mini_batch_size`,
+    `retry_settings.max_retries`, ...), which takes the bound value with its type."""
+    job = {
+        key: _field(value, bindings, f"jobs.{node.name}.{key}")
+        for key, value in node.job.items()
+        if key not in ("inputs", "outputs")
+    }
     job["inputs"] = {
-        name: _input(value, bindings, f"jobs.{node.name}.inputs.{name}") for name, value in job["inputs"].items()
+        name: _input(value, bindings, f"jobs.{node.name}.inputs.{name}") for name, value in node.job["inputs"].items()
     }
     job["outputs"] = bindings.node_outputs(node, outputs_root)
     return job
@@ -111,6 +117,22 @@ def make_output_places(outputs: dict[str, dict[str, Any]]) -> None:
             continue
         folder = Path(path) if spec.get("type", "uri_folder") in FOLDER_TYPES else Path(path).parent
         folder.mkdir(parents=True, exist_ok=True)
+
+
+def _field(value: Any, bindings: Bindings, where: str) -> Any:
+    """A job field with its `${{parent...}}` references resolved: a whole-value reference becomes the value
+    itself (an input's number stays a number; data, its path), one inside a text its text."""
+    if isinstance(value, dict):
+        return {key: _field(item, bindings, f"{where}.{key}") for key, item in value.items()}
+    if isinstance(value, list):
+        return [_field(item, bindings, where) for item in value]
+    if not isinstance(value, str) or "${{" not in value:
+        return value
+    whole = BINDING.fullmatch(value.strip())
+    if whole is None:
+        return bindings.references(value, where)
+    resolved = bindings.resolve(whole, where)
+    return resolved["path"] if isinstance(resolved, dict) else resolved
 
 
 def _input(value: Any, bindings: Bindings, where: str) -> Any:

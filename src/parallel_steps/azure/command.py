@@ -1,9 +1,10 @@
-"""Command nodes: a pipeline's `type: command` job, run as a subprocess of its `command:` in its `code:` folder.
+"""Command nodes: a pipeline's `type: command` job, run as a subprocess of its `command:`.
 
-`${{inputs.x}}` becomes the input's value (data: its path), `${{outputs.x}}` the output's path, and
-an optional part `$[[ ... ]]` is dropped when an input it names is not given, as Azure ML does. The
-command runs under `bash -c` with this environment's Python first on PATH (so `python script.py` runs
-here), its output in `<node folder>/logs/std_log.txt`, Azure ML's name for it.
+It runs in a snapshot of its `code:` folder under the node's folder (as Azure ML runs one), never among the
+user's files. `${{inputs.x}}` becomes the input's value (data: its path), `${{outputs.x}}` the output's path,
+and an optional part `$[[ ... ]]` is dropped when an input it names is not given, as Azure ML does
+(references.py). The command runs under `bash -c` with this environment's Python first on PATH (so
+`python script.py` runs here), its output in `<node folder>/logs/std_log.txt`, Azure ML's name for it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from ..inputs.fingerprints import code_files
 from ..storage.objects import is_url
 from .binding import PLACEHOLDER_ROOT
 from .pipeline import COMMAND_IGNORED, COMMAND_KEYS
+from .references import REFERENCE, optional_parts
 
-_REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.(\w+)\s*\}\}")
-_OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
 _STOP_GRACE_S = 10.0
 _TAIL_BYTES = 8192
 
@@ -54,11 +54,7 @@ def command_line(job: dict[str, Any], where: str) -> str:
         item = found[name]
         return str(item["path"] if isinstance(item, dict) else item)
 
-    def optional(match: re.Match[str]) -> str:
-        names = [name for kind, name in _REFERENCE.findall(match.group(1)) if kind == "inputs"]
-        return match.group(1) if all(name in inputs for name in names) else ""
-
-    return _REFERENCE.sub(value, _OPTIONAL.sub(optional, command)).strip()
+    return REFERENCE.sub(value, optional_parts(command, inputs)).strip()
 
 
 def ignored_keys(job: dict[str, Any], where: str) -> list[str]:
@@ -99,10 +95,17 @@ def keyed(command: str, outputs: dict[str, dict[str, Any]]) -> str:
 
 
 def run_command(job: dict[str, Any], command: str, node_dir: Path, cancel: threading.Event | None) -> None:
-    """Run the command to its end; raises CommandFailed with the error's one line."""
+    """Run the command to its end; raises CommandFailed with the error's one line. It runs in a snapshot of its
+    `code:` folder (`<node folder>/code`, as Azure ML runs one), so that nothing it writes lands among the user's
+    files; without `code:`, in the current folder."""
     code = job.get("code") or os.getcwd()
     if not os.path.isdir(code):
         raise ConfigError("code", f"{code} is not a folder")
+    if job.get("code"):
+        snapshot = node_dir / "code"
+        shutil.rmtree(snapshot, ignore_errors=True)
+        shutil.copytree(code, snapshot, symlinks=True)
+        code = str(snapshot)
     log_path = node_dir / "logs" / "std_log.txt"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, **{str(k): str(v) for k, v in (job.get("environment_variables") or {}).items()}}

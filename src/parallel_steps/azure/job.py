@@ -2,7 +2,8 @@
 
 A job file becomes the fields of one `ParallelRunConfig`: the input named by `input_data`
 is partitioned, the other data inputs become side inputs, `${{inputs.x}}` and
-`${{outputs.x}}` in `task.program_arguments` become their local paths, and the
+`${{outputs.x}}` in `task.program_arguments` become their local paths (optional parts `$[[...]]` as
+references.py keeps or drops them), and the
 `--error_threshold`-style settings there set their fields. Keys that only matter on Azure
 (compute, environment, display_name, tags, ...) are accepted with one INFO line; any other
 key is refused with one line naming it, never dropped silently.
@@ -21,6 +22,7 @@ from ..config.types import NAME_PATTERN
 from ..errors import ConfigError
 from ..storage.objects import is_url
 from .mltable import mltable_input
+from .references import REFERENCE, optional_parts
 
 log = logging.getLogger("parallel_steps.azure")
 
@@ -55,7 +57,6 @@ _PROGRAM_IGNORED = ("task_overhead_timeout", "overhead_timeout", "copy_logs_to_p
 _JOB_KEYS: tuple[str, ...] = IGNORED + _SAME + ("type", "name", "inputs", "outputs", "input_data", "resources", "task")
 _JOB_KEYS += ("retry_settings", "max_concurrency_per_instance")
 _DATA_TYPES = ("uri_folder", "uri_file", "mltable", "custom_model", "mlflow_model")
-_REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
 
 
@@ -191,7 +192,7 @@ def _local(path: Any, base: Path, where: str) -> str:
 
 def _primary(job: dict[str, Any], inputs: dict[str, dict[str, Any]]) -> str:
     """The input `input_data` names; it becomes the step's dataset."""
-    reference = _REFERENCE.fullmatch(str(job.get("input_data", "")).strip())
+    reference = REFERENCE.fullmatch(str(job.get("input_data", "")).strip())
     if not reference or reference.group(1) != "inputs" or reference.group(2) not in inputs:
         raise ConfigError("input_data", f"{job.get('input_data')!r} names no input", "use ${{inputs.NAME}}")
     name = reference.group(2)
@@ -229,20 +230,22 @@ def _task(
     paths = {("inputs", name): f"${{side_inputs.{name}}}" for name, spec in inputs.items() if "path" in spec}
     paths[("inputs", primary)] = inputs[primary]["path"]  # the data itself, as the job names it
     paths |= {("inputs", name): str(spec["literal"]) for name, spec in inputs.items() if "literal" in spec}
-    arguments = [_substitute(arg, paths, outputs) for arg in _split(task.get("program_arguments"))]
+    given = {name for kind, name in paths if kind == "inputs"}
+    arguments = [_substitute(arg, paths, outputs) for arg in _split(task.get("program_arguments"), given)]
     config["arguments"] = arguments
     config.update(_program_settings(arguments, fields, ignored))
     config.update(_append_row(task.get("append_row_to"), outputs))
     return config
 
 
-def _split(arguments: Any) -> list[str]:
+def _split(arguments: Any, given: set[str]) -> list[str]:
+    """The program arguments, their optional parts kept or dropped by the inputs `given` (references.py)."""
     if arguments is None:
         return []
     if isinstance(arguments, list):
-        return [str(a) for a in arguments]
+        return [kept for a in arguments if (kept := optional_parts(str(a), given).strip())]
     try:
-        return shlex.split(str(arguments))
+        return shlex.split(optional_parts(str(arguments), given))
     except ValueError as exc:
         raise ConfigError("task.program_arguments", f"cannot be split into arguments ({exc})") from None
 
@@ -259,7 +262,7 @@ def _substitute(argument: str, paths: dict[tuple[str, str], Any], outputs: dict[
             raise ConfigError("task.program_arguments", f"{match.group(0)} names no {kind[:-1]}", f"have: {have}")
         return str(paths[(kind, name)])
 
-    replaced = _REFERENCE.sub(replace, argument)
+    replaced = REFERENCE.sub(replace, argument)
     other = _ANY_REFERENCE.search(replaced)
     if other:
         raise ConfigError("task.program_arguments", f"{other.group(0)} cannot be resolved here")
@@ -289,7 +292,7 @@ def _append_row(target: Any, outputs: dict[str, dict[str, Any]]) -> dict[str, An
     """`append_row_to: ${{outputs.x}}`: the output folder and file name; without it, only counts (summary_only)."""
     if target is None:
         return {"output_action": "summary_only"}
-    reference = _REFERENCE.fullmatch(str(target).strip())
+    reference = REFERENCE.fullmatch(str(target).strip())
     if not reference or reference.group(1) != "outputs" or reference.group(2) not in outputs:
         raise ConfigError("task.append_row_to", f"{target!r} names no output", "use ${{outputs.NAME}}")
     output = outputs[reference.group(2)]

@@ -49,6 +49,7 @@ class Node:
     kind: str  # "parallel" or "command"
     job: dict[str, Any]
     upstream: tuple[str, ...] = ()  # the nodes whose outputs it binds
+    component: Path | None = None  # the component file it runs, when one
 
 
 @dataclass
@@ -143,7 +144,11 @@ def _node(name: str, spec: Any, base: Path, ignored: list[str]) -> Node:
     for match in BINDING.finditer(repr((job["inputs"], job["outputs"]))):
         if match.group(3) and match.group(3) not in upstream:
             upstream.append(match.group(3))
-    return Node(name, kind, job, tuple(upstream))
+    reference = spec.get("component")
+    component_file = None
+    if isinstance(reference, str) and not reference.startswith("azureml:"):
+        component_file = base / reference.removeprefix("file:")
+    return Node(name, kind, job, tuple(upstream), component_file)
 
 
 def _with_inputs(node: Node, values: dict[str, Any], base: Path) -> Node:
@@ -157,7 +162,7 @@ def _with_inputs(node: Node, values: dict[str, Any], base: Path) -> Node:
         if name not in inputs:
             raise ConfigError(f"{prefix}{name}", "is not an input of the job", f"inputs: {', '.join(inputs)}")
         inputs[name] = _with_value(inputs[name], value, base)
-    return Node(node.name, node.kind, {**node.job, "inputs": inputs}, node.upstream)
+    return Node(node.name, node.kind, {**node.job, "inputs": inputs}, node.upstream, node.component)
 
 
 def _component(reference: Any, where: str, base: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from .binding import PLACEHOLDER_ROOT, Bindings, bind, make_output_places
 from .command import CommandFailed, command_key, command_line, ignored_keys, keyed, run_command
 from .job import job_fields
 from .pipeline import Node, Pipeline, read_pipeline
+from .pipeline_checks import pipeline_problems
 
 log = logging.getLogger("parallel_steps.azure")
 
@@ -56,23 +57,36 @@ class PipelineRun:
     """One run of a pipeline: its folder and record, and how each of its jobs is bound and run."""
 
     def __init__(
-        self, pipeline: Pipeline, options: PipelineOptions, run_dir: Path | None = None, preview: bool = False
+        self,
+        pipeline: Pipeline,
+        options: PipelineOptions,
+        run_dir: Path | None = None,
+        preview: bool = False,
+        fresh: bool = False,
     ):
-        """Open the run in `run_dir`, else the newest unfinished run of the pipeline, else a new one;
-        `preview`: only read (`plan`), neither create nor lock anything."""
+        """Open the run in `run_dir`, else the newest unfinished run of the pipeline (unless `fresh`), else a new
+        one; `preview`: only read (`plan`), neither create nor lock anything."""
         self.pipeline, self.options = pipeline, options
         root = default_run_root(options.run_root) / "pipelines" / folder_name(pipeline.name)
-        self.earlier = sorted((p.parent for p in root.glob(f"*/{RECORD}")), key=lambda p: p.stat().st_mtime)[::-1]
+        # A pipeline is its file and its name: another file of the same name keeps runs of its own here.
+        mine = [p.parent for p in root.glob(f"*/{RECORD}") if _same_file(_read(p.parent), pipeline.file)]
+        self.earlier = sorted(mine, key=lambda p: p.stat().st_mtime)[::-1]
         unfinished = [p for p in self.earlier if _read(p).get("status") != "Succeeded"]
+        self._root = None if run_dir is not None else root  # the pipeline's folder, when this run is in it
         if run_dir is None:
-            latest = self.earlier[:1] if preview else unfinished[:1]
+            latest = self.earlier[:1] if preview else [] if fresh else unfinished[:1]
             run_dir = latest[0] if latest else root / new_run_id(folder_name(pipeline.name))
         self.path = run_dir
         self._lock = None
         if not preview:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = hold_driver_lock(self.path)
-        self.record = _read(self.path) or {"run_id": self.path.name, "pipeline": str(pipeline.file), "jobs": {}}
+        self.record = _read(self.path) or {
+            "run_id": self.path.name,
+            "name": pipeline.name,
+            "pipeline": str(pipeline.file.resolve()),
+            "jobs": {},
+        }
         self.record.update(status="Running", status_reason="", started_at=time.time(), ended_at=None)
         self.run_id = str(self.record["run_id"])
         # The newest run's outputs, then this run's: what `--job` reads of the jobs it does not run.
@@ -97,7 +111,7 @@ class PipelineRun:
         job = bind(node, self.bindings, outputs_root)
         appended = str(job.get("task", {}).get("append_row_to", ""))
         side_outputs = [name for name in job["outputs"] if not re.search(rf"outputs\.{name}\b", appended)]
-        with _naming(node):
+        with naming(node):
             fields = job_fields({**job, "name": node.name}, self.pipeline.file)
             if side_outputs:  # written by the script itself: mini-batches of another run did not write them here
                 fields["allow_reuse"] = False
@@ -111,7 +125,7 @@ class PipelineRun:
     def command(self, node: Node) -> tuple[dict[str, Any], str]:
         """A command job bound, and its command line."""
         job = bind(node, self.bindings)
-        with _naming(node):
+        with naming(node):
             return job, command_line(job, f"jobs.{node.name}")
 
     def key(self, node: Node) -> str:
@@ -125,22 +139,36 @@ class PipelineRun:
         """Run one job here; its record (status, outputs, the step's summary). Raises StepFailed when it fails."""
         folder = self.path / "jobs" / node.name
         if node.kind == "parallel":
-            config = self.parallel_config(node)
+            config = self.parallel_config(node, make=False)
+            if not config.allow_reuse:  # from scratch: nothing of a failed attempt is resumed or read
+                self._clear(node, folder / "step")
+            make_output_places(self.bindings.node_outputs(node))
             run_id = f"{self.run_id}-{node.name}"  # the run index's key: one per job of each pipeline run
             summary = run_step(config, run_dir=folder / "step", run_id=run_id, cancel=cancel, **step_options)
             return _job(node, "Succeeded", summary["status_reason"], self.bindings, summary)
         job, command = self.command(node)
+        self._clear(node)  # a command runs again whole: what a failed attempt half wrote goes first
         log.info("job %s: %s", node.name, command)
         ignored = ignored_keys(job, f"jobs.{node.name}")
         if ignored:
             log.info("%s accepted as Azure ML takes them, no effect here", ", ".join(ignored))
         make_output_places(job["outputs"])
         try:
-            with _naming(node):
+            with naming(node):
                 run_command(job, command, folder, cancel)
         except CommandFailed as failed:
             raise StepFailed(_job(node, "Failed", str(failed), self.bindings)) from None
         return _job(node, "Succeeded", "the command exited with 0", self.bindings)
+
+    def _clear(self, node: Node, *also: Path) -> None:
+        """Remove what an earlier attempt of the job left in this run: `also`, and its outputs placed in this
+        run's folder (a path the file or a `--set` gave is the user's, and stays)."""
+        outputs = [Path(path) for path in _paths(self.bindings.node_outputs(node)).values() if "://" not in path]
+        for path in [*also, *(p for p in outputs if p.is_relative_to(self.path))]:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
 
     # The whole pipeline -----------------------------------------------------------------------
 
@@ -167,20 +195,20 @@ class PipelineRun:
         return self._finish(failed, cancel)
 
     def _check(self, only: str | None) -> None:
-        """User errors found before any job runs (outputs' places, the jobs that read no other's outputs);
-        a new run that ran nothing leaves no folder."""
+        """User errors found before any job runs (pipeline_checks.py): the first refuses the file, saying how
+        many more `plan` lists; a new run that ran nothing leaves no folder."""
         try:
-            for node in self.pipeline.nodes.values():
-                if only is not None and node.name != only:
-                    continue
-                with _naming(node):
-                    self.bindings.node_outputs(node)
-                if not node.upstream:
-                    self.parallel_config(node, make=False) if node.kind == "parallel" else self.command(node)
+            problems = pipeline_problems(self, only)
+            if problems:
+                (where, what), more = problems[0], len(problems) - 1
+                hint = f"{more} more: parallel-steps plan {self.pipeline.file} lists them" if more else None
+                raise ConfigError(where, what, hint)
         except (ConfigError, InputError):
             self.close()
-            if not self.record["jobs"]:
+            if not self.record["jobs"]:  # nothing ran: no folder of it, nor the pipeline's if it had no other run
                 shutil.rmtree(self.path, ignore_errors=True)
+                for folder in (self._root, self._root.parent) if self._root else ():
+                    _remove_if_empty(folder)
             raise
 
     def _job_once(self, node: Node, cancel: threading.Event | None, **step_options: Any) -> dict[str, Any]:
@@ -242,6 +270,7 @@ def run_pipeline(
     *,
     run_dir: str | Path | None = None,
     job: str | None = None,
+    fresh: bool = False,
     cancel: threading.Event | None = None,
     **step_options: Any,
 ) -> dict[str, Any]:
@@ -252,6 +281,7 @@ def run_pipeline(
         options: inputs, output paths, datastores and fields given beside the file.
         run_dir: the pipeline run's folder (default: the newest unfinished run of the pipeline, else a new one).
         job: run only this job; its upstream outputs come from the run's earlier jobs or `options.output_paths`.
+        fresh: start a new run even when the newest one did not succeed (by default it resumes there).
         cancel: set it to stop the run.
         step_options: passed to each parallel job's `run_step` (`on_progress`, `on_event`).
 
@@ -263,7 +293,7 @@ def run_pipeline(
     pipeline = read_pipeline(path, options.inputs)
     if job is not None and job not in pipeline.nodes:
         raise ConfigError("--job", f"{job!r} is not a job of the pipeline", f"jobs: {', '.join(pipeline.nodes)}")
-    run = PipelineRun(pipeline, options, Path(run_dir).absolute() if run_dir else None)
+    run = PipelineRun(pipeline, options, Path(run_dir).absolute() if run_dir else None, fresh=fresh)
     try:
         summary = run.run(job, cancel, **step_options)
     finally:
@@ -273,7 +303,7 @@ def run_pipeline(
     return summary
 
 
-class _naming:
+class naming:
     """Errors in a job's fields name the job (`jobs.<name>.inputs.x: ...`)."""
 
     def __init__(self, node: Node):
@@ -306,6 +336,38 @@ def _exist(outputs: dict[str, str]) -> bool:
 def folder_name(name: str) -> str:
     """A name as one safe path component."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "pipeline"
+
+
+def pipeline_runs(run_root: str | None = None) -> list[dict[str, Any]]:
+    """Every pipeline file's runs under the run root, newest first: run id, name, file, status, jobs, folder."""
+    records = []
+    for path in (default_run_root(run_root) / "pipelines").glob(f"*/*/{RECORD}"):
+        record = _read(path.parent)
+        records.append(
+            {
+                "run_id": record.get("run_id", path.parent.name),
+                "name": record.get("name", path.parent.parent.name),
+                "file": record.get("pipeline"),
+                "status": record.get("status"),
+                "started_at": record.get("started_at"),
+                "jobs": len(record.get("jobs", {})),
+                "run_dir": str(path.parent),
+            }
+        )
+    return sorted(records, key=lambda r: r["started_at"] or 0, reverse=True)
+
+
+def _same_file(record: dict[str, Any], file: Path) -> bool:
+    """Whether a run's record is of the pipeline file `file` (resolved paths compared)."""
+    recorded = record.get("pipeline")
+    return recorded is not None and Path(recorded).resolve() == file.resolve()
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # not empty (another run's), or gone
+        pass
 
 
 def _read(folder: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from ..config import ParallelRunConfig, layered_config
 from ..control import Cancel, exit_when_overdue
 from ..errors import ConfigError
 from ..jobs import RunHooks
-from ..report.text import Throttle, items_and_rate, progress_line
+from ..report.text import Throttle, items_and_rate, items_text, progress_line
 from ..summary import RunSummary
 
 # Fields that have a dedicated option besides --FIELD (or that are not options at all).
@@ -114,7 +114,7 @@ def print_summary(summary: RunSummary, as_json: bool) -> None:
         f"  run:          {summary['run_id']}{' (reused)' if summary.get('reused') else ''}",
         f"  mini-batches: {summary['mini_batches_succeeded']} succeeded, {summary['mini_batches_failed']} failed, "
         f"{summary['mini_batches_reused']} reused, of {summary['mini_batches_total']}",
-        f"  items:        {summary['items_succeeded']} succeeded, {summary['items_failed']} failed",
+        f"  items:        {items_text(summary)}",
         f"  output:       {summary.get('output_file') or summary.get('output')}",
         f"  logs:         {Path(summary['run_dir']) / 'logs'}",
     ]

@@ -130,7 +130,20 @@ def _runs(args: argparse.Namespace) -> int:
             f"{started}  {counts['mini_batches_succeeded']}/{counts['mini_batches_total']} mini-batches, "
             f"{counts['items_failed']} items failed"
         )
+    _print_pipeline_runs(args.run_root, args.name)
     return 0
+
+
+def _print_pipeline_runs(run_root: str | None, name: str | None) -> None:
+    """Pipeline files' runs, each with its pipeline's name and file: two files of one name are two pipelines."""
+    from ..azure.pipeline_run import pipeline_runs
+
+    runs = [run for run in pipeline_runs(run_root) if name is None or run["name"] == name]
+    if runs:
+        print("pipelines:")
+    for run in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["started_at"] or 0))
+        print(f"{run['run_id']:<40} {run['status']:<9} {started}  {run['jobs']} job(s)  {run['name']} ({run['file']})")
 
 
 def _counts(summary: dict[str, Any]) -> dict[str, Any]:

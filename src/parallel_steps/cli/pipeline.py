@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..errors import ConfigError, StepFailed
@@ -18,6 +19,12 @@ from .common import Progress, cancel_on_signals
 
 def add_pipeline_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", metavar="NAME", help="with a pipeline file: run (or plan) only this job")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="with a pipeline file: start a new run of it instead of resuming its newest unfinished one (jobs "
+        "that succeeded with the same inputs and code are still reused; --set allow_reuse=false runs them again)",
+    )
 
 
 def wants_pipeline(args: argparse.Namespace) -> bool:
@@ -39,6 +46,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
             _options(args),
             run_dir=args.run_dir,
             job=args.job,
+            fresh=args.fresh,
             cancel=cancel_on_signals(),
             on_progress=progress.progress,
         )
@@ -57,17 +65,28 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
         print(f"  {name}: {job['status']} ({job['kind']}) {job.get('status_reason', '')}")
         if outputs:
             print(f"      outputs: {outputs}")
+    if code:
+        print(f"  resume:     parallel-steps run {args.step_file}  (the jobs that succeeded are kept)")
+        print(f"  start over: parallel-steps run {args.step_file} --fresh")
     return code
 
 
 def plan_pipeline_command(args: argparse.Namespace) -> int:
     from ..azure.pipeline import read_pipeline
+    from ..azure.pipeline_checks import pipeline_problems
     from ..azure.pipeline_run import PipelineRun
     from ..run import mini_batches
 
     options = _options(args)
     pipeline = read_pipeline(args.step_file, options.inputs)
     run = PipelineRun(pipeline, options, preview=True)
+    problems = pipeline_problems(run, args.job)
+    if problems:  # every one, each naming its file, job and field; nothing runs
+        if args.json:
+            print(json.dumps(dict(pipeline=pipeline.name, problems=[f"{where}: {what}" for where, what in problems])))
+        for where, what in problems:
+            print(f"{where}: {what}", file=sys.stderr)
+        return 2
     run.assume_produced()
     jobs = []
     for node in pipeline.nodes.values():

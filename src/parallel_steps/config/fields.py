@@ -100,7 +100,9 @@ class OutcomeFields(_Section):
     error_threshold: int = Field(
         -1,
         ge=-1,
-        description="Failed items tolerated before the job fails; -1 ignores all failed items.",
+        description="Failed items tolerated before the job fails: items whose mini-batch failed, rows returned "
+        "with an error and, as in ParallelRunStep, items run() returned no result for; -1 ignores all failures, and "
+        "items without a result are then no failures (counted apart: items_without_result).",
         json_schema_extra=TRIGGER,
     )
     mini_batch_error_threshold: int = Field(

@@ -57,8 +57,9 @@ class Outcomes:
     def succeeded(self, worker: WorkerInfo, current: Attempt, items: int | None, outcome: Outcome) -> None:
         mb, returned = current.mini_batch, outcome.returned
         items = items if items is not None else returned
-        failed = min(items, max(0, items - returned) + outcome.row_errors)  # no result, or an error row
-        self.counters.add_succeeded(items, failed)
+        no_result = max(0, items - returned)
+        failed = min(items, no_result + outcome.row_errors)  # no result, or an error row
+        self.counters.add_succeeded(items, failed, without_result=no_result)
         self.health.completed()
         self.ledger.succeed(
             mb.index,
@@ -78,7 +79,7 @@ class Outcomes:
             self.counters.items_with_errors += outcome.row_errors
             self.log.warning("mini-batch %d: %s; counted as failed items", mb.index, outcome.error)
             self.health.check_thresholds()
-        elif failed:
+        elif failed and self.counters.no_result_fails:
             self.log.warning(
                 "mini-batch %d returned %d of %d items; %d counted as failed", mb.index, returned, items, failed
             )

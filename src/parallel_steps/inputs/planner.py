@@ -135,6 +135,18 @@ class Planner:
 
     # Tabular -------------------------------------------------------------
 
+    def check_partition_keys(self) -> None:
+        """Each partition key is a column of the first file of each table input, or a value of its path; raises
+        InputError naming the file and the column otherwise (what planning would meet, found at once)."""
+        for dataset in self.datasets:
+            if not isinstance(dataset, TabularDataset) or not self.partition_keys:
+                continue
+            for path, stat, fmt, values in self._tabular_files(dataset):
+                in_file = [key for key in self.partition_keys if key not in values]
+                if in_file:
+                    read_table(path, fmt, dataset.read_options, columns=in_file, size=stat.st_size)
+                break
+
     def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, Stat, str, dict[str, Any]]]:
         """(path, stat, format, values from the path) of every file: the `partition_format`'s keys, else
         the hive folders (`key=value/`) below what the dataset names."""

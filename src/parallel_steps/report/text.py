@@ -28,9 +28,19 @@ def items_and_rate(snapshot: Mapping[str, Any]) -> str:
     """The part of the progress text after the mini-batch counts (the CLI's bar shows those itself)."""
     eta = snapshot.get("eta_s")
     return (
-        f"items {snapshot.get('items_succeeded', 0)} succeeded, {snapshot.get('items_failed', 0)} failed; "
+        f"items {items_text(snapshot)}; "
         f"{snapshot.get('rate_per_s') or 0.0:.2f} mini-batches/s; ETA {'unknown' if eta is None else f'{eta:.0f} s'}"
     )
+
+
+def items_text(summary: Mapping[str, Any]) -> str:
+    """`12 succeeded, 1 failed`, and the items run() returned no result for when they are not failures
+    (error_threshold -1: a script that writes its own files returns nothing), so that such a run does not
+    read as failed."""
+    text = f"{summary.get('items_succeeded', 0)} succeeded, {summary.get('items_failed', 0)} failed"
+    if summary.get("items_without_result"):
+        text += f", {summary['items_without_result']} returned no result (error_threshold -1: not failures)"
+    return text
 
 
 def end_line(summary: Mapping[str, Any]) -> str:

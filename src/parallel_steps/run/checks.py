@@ -72,7 +72,12 @@ def entry_script_path(config: ParallelRunConfig) -> Path:
     """The entry script (relative to source_directory when one is set), checked to exist and compile."""
     if not config.entry_script:
         raise ConfigError("entry_script", "is required to run a step", "e.g. --entry-script score.py")
-    path = Path(config.source_directory or ".") / config.entry_script
+    return script_path(config.entry_script, config.source_directory, config.max_concurrency_per_worker)
+
+
+def script_path(entry_script: str, source_directory: str | None, max_concurrency: int = 1) -> Path:
+    """`entry_script_path`'s checks of a script named apart from a config (a pipeline job's task)."""
+    path = Path(source_directory or ".") / entry_script
     if not path.is_file():
         raise ConfigError("entry_script", f"{path} not found")
     try:
@@ -81,10 +86,10 @@ def entry_script_path(config: ParallelRunConfig) -> Path:
         raise ConfigError("entry_script", f"{path} line {exc.lineno}: {exc.msg}") from None
     except (OSError, ValueError) as exc:
         raise ConfigError("entry_script", f"{path} cannot be read ({exc})") from None
-    if config.max_concurrency_per_worker > 1 and _plain_run(module):
+    if max_concurrency > 1 and _plain_run(module):
         raise ConfigError(
             "max_concurrency_per_worker",
-            f"{config.max_concurrency_per_worker} mini-batches in flight need an `async def run(mini_batch)`, "
+            f"{max_concurrency} mini-batches in flight need an `async def run(mini_batch)`, "
             f"and {path} defines a plain `def run`",
             "make run() a coroutine, or set max_concurrency_per_worker: 1 (process_count_per_node adds workers)",
         )

@@ -42,13 +42,15 @@ class RunPlan:
         run_id: str,
         resumed: bool = False,
         check: Callable[[], None] | None = None,
+        counters: Counters | None = None,
     ):
         """`resumed`: a restart, or a rerun in the same folder; the counts of work done (workers started,
         attempts retried) go on from where the run's earlier attempts left them in the ledger. `check`
-        is called between two chunks of the plan and may raise to stop planning (a cancel)."""
+        is called between two chunks of the plan and may raise to stop planning (a cancel). `counters`: where
+        the counts go (the step's rules for them set), a new `Counters` by default."""
         self.settings, self.ledger, self.run_id = settings, ledger, run_id
         self._check = check or (lambda: None)
-        self.counters = Counters()
+        self.counters = counters or Counters()
         if resumed:
             for name in RESUMED_COUNTS:
                 setattr(self.counters, name, int(ledger.get(name) or 0))
@@ -147,7 +149,8 @@ class RunPlan:
             counters.mini_batches_total += 1
             if result:
                 items = result["items"] if result["items"] is not None else result["returned"]
-                counters.add_succeeded(items, result["items_failed"] or 0, reused=result["run_id"] is not None)
+                reused, no_result = result["run_id"] is not None, max(0, items - (result["returned"] or 0))
+                counters.add_succeeded(items, result["items_failed"] or 0, reused, without_result=no_result)
             elif self._fresh:  # everything is new
                 counters.mini_batches_new += 1
                 counters.inputs_new += (mini_batch.items or 0) if mini_batch.kind == "files" else 0

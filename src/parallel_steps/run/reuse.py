@@ -199,7 +199,7 @@ def restore_whole_step(
     summary = RunSummary(found)
     if summary.get("items_with_errors"):  # rows that returned an error run again
         return None
-    if threshold_breach(config.thresholds(), Counters.of(summary)):
+    if threshold_breach(config.thresholds(), Counters.of(summary, no_result_fails=config.error_threshold != -1)):
         return None
     output, target = summary.get("output"), summary.get("output_file")
     if target:

@@ -37,7 +37,7 @@ from ..store.output import assemble, spool_format
 from ..store.rundir import RunDirectory
 from ..store.runs import RunIndex, key_lock, write_summary
 from ..store.space import no_space_line, out_of_space, where_it_fits
-from ..summary import RunStatus, RunSummary, summarize, timestamp
+from ..summary import Counters, RunStatus, RunSummary, summarize, timestamp
 from .checks import check_step
 from .plan import RunPlan, planner_for
 from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
@@ -268,15 +268,14 @@ class _StepRun:
             pool.close(grace)  # workers stop (and run shutdown()) before the output
             scope.close()
         self.run.logs.write_error_summary(driver.errors.summary())
-        self.shutdown_cut_off += pool.shutdown_cut_off
-        for worker in pool.shutdown_cut_off:
-            self.log.warning("%s: shutdown() was cut off after %g s; the worker was killed", worker, round(grace, 1))
-            self.report.emit("shutdown_cut_off", worker=worker)
+        self.shutdown_cut_off += _cut_off(pool, grace, self.log, self.report)
         return status, reason
 
     def _new_plan(self) -> RunPlan:
-        settings, run = self.config.plan_settings(), self.run
-        return RunPlan(settings, run.ledger, run.run_id, run.resumed, check=self.termination.check)
+        run, counters = self.run, Counters(no_result_fails=self.config.error_threshold != -1)  # -1: not failures
+        return RunPlan(
+            self.config.plan_settings(), run.ledger, run.run_id, run.resumed, self.termination.check, counters
+        )
 
     def _write_plan(self) -> list[MiniBatch]:
         """The plan's next chunk, written into the ledger, for the driver; the plan is logged once complete."""
@@ -342,6 +341,14 @@ class _StepRun:
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
         self.log.info("%s: %s", summary.status, summary.status_reason)
+
+
+def _cut_off(pool: WorkerPool, grace: float, log: logging.Logger, report: Reporter) -> list[str]:
+    """The workers whose shutdown() the pool cut off, logged and told as events."""
+    for worker in pool.shutdown_cut_off:
+        log.warning("%s: shutdown() was cut off after %g s; the worker was killed", worker, round(grace, 1))
+        report.emit("shutdown_cut_off", worker=worker)
+    return pool.shutdown_cut_off
 
 
 def _record_end(index: RunIndex, run_id: str, summary: RunSummary) -> None:
