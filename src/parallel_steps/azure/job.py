@@ -60,6 +60,15 @@ _DATA_TYPES = ("uri_folder", "uri_file", "mltable", "custom_model", "mlflow_mode
 _ANY_REFERENCE = re.compile(r"\$\{\{[^}]*\}\}")
 
 
+#: Configuration fields by the job keys that set them under another name, to name them as the file does.
+AZURE_NAMES = {
+    "node_count": "resources.instance_count",
+    "process_count_per_node": "max_concurrency_per_instance",
+    "run_max_try": "retry_settings.max_retries",
+    "run_invocation_timeout": "retry_settings.timeout",
+}
+
+
 def job_fields(job: dict[str, Any], file: Path) -> dict[str, Any]:
     """The configuration fields of a `type: parallel` job; relative paths are relative to `file`'s folder."""
     if job.get("type") == "pipeline":

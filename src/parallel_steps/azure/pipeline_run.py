@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import threading
@@ -24,15 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ParallelRunConfig
+from ..config.secrets import storage_settings
 from ..config.types import default_run_root
 from ..errors import ConfigError, InputError, StepFailed
 from ..run import reuse_key, run_step
+from ..run.checks import check_inputs, entry_script_path, script_path
+from ..run.plan import planner_for
+from ..storage import options as storage_options
 from ..store.runs import hold_driver_lock, new_run_id
 from .binding import PLACEHOLDER_ROOT, Bindings, bind, make_output_places
 from .command import CommandFailed, command_key, command_line, ignored_keys, keyed, run_command
-from .job import job_fields
+from .job import AZURE_NAMES, job_fields
 from .pipeline import Node, Pipeline, read_pipeline
-from .pipeline_checks import pipeline_problems
 
 log = logging.getLogger("parallel_steps.azure")
 
@@ -115,6 +119,8 @@ class PipelineRun:
             fields = job_fields({**job, "name": node.name}, self.pipeline.file)
             if side_outputs:  # written by the script itself: mini-batches of another run did not write them here
                 fields["allow_reuse"] = False
+            if self.options.run_root:  # the pipeline's run root holds its jobs' run index and locks too
+                fields["run_root"] = self.options.run_root
             config = ParallelRunConfig.from_dict(
                 {**fields, **self.options.fields, **self.options.job_fields.get(node.name, {})}
             )
@@ -304,7 +310,8 @@ def run_pipeline(
 
 
 class naming:
-    """Errors in a job's fields name the job (`jobs.<name>.inputs.x: ...`)."""
+    """Errors in a job's fields name the job and the field as the file writes it (`jobs.<name>.inputs.x: ...`,
+    `jobs.<name>.resources.instance_count: ...` for the configuration's node_count)."""
 
     def __init__(self, node: Node):
         self.node = node
@@ -314,7 +321,54 @@ class naming:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
         if isinstance(exc, ConfigError) and not exc.field.startswith(("jobs.", "inputs.", "outputs.")):
-            raise ConfigError(f"jobs.{self.node.name}.{exc.field}", exc.problem, exc.hint) from None
+            field = AZURE_NAMES.get(exc.field, exc.field)
+            raise ConfigError(f"jobs.{self.node.name}.{field}", exc.problem, exc.hint) from None
+
+
+def pipeline_problems(run: PipelineRun, only: str | None = None) -> list[tuple[str, str]]:
+    """Every problem the run would meet in its jobs, found before the first starts: (where, what) each, where
+    the file (and the component file the job runs), what the job, its field and what is wrong. Each job is
+    checked as `run` binds it, the outputs of the jobs before it where this run will put them: every field
+    known and of its type (bindings resolved), the entry script there and compiling, a command's `code:`
+    folder there, and for a job that reads no other's outputs, its inputs and the partition columns of the
+    first file of each table. `plan` lists them all; `run` refuses the file with the first."""
+    produced = dict(run.bindings.produced)
+    run.assume_produced()
+    problems = []
+    try:
+        for node in run.pipeline.nodes.values():
+            if only is None or node.name == only:
+                try:
+                    _check_job(run, node)
+                except (ConfigError, InputError) as exc:
+                    source = f" (component {node.component})" if node.component else ""
+                    problems.append((f"{run.pipeline.file}{source}", str(exc)))
+    finally:
+        run.bindings.produced = produced
+    return problems
+
+
+def _check_job(run: PipelineRun, node: Node) -> None:
+    with naming(node):
+        run.bindings.node_outputs(node)
+        if node.kind == "command":
+            code = run.command(node)[0].get("code")
+            if code and not os.path.isdir(str(code)):
+                raise ConfigError("code", f"{code} is not a folder")
+            return
+        try:
+            config = run.parallel_config(node, make=False)
+        except InputError:  # an input the jobs before it make, not made yet: its script can still be checked
+            if not node.upstream:
+                raise
+            task = node.job.get("task") or {}
+            script_path(str(task.get("entry_script", "")), task.get("code"))
+            return
+        entry_script_path(config)
+        if not node.upstream:  # its inputs are there now
+            check_inputs(config)
+            with storage_options.using(storage_settings(config)):
+                planner_for(config.plan_settings()).check_partition_keys()
 
 
 def _job(node: Node, status: str, reason: str, bindings: Bindings, summary: Any = None) -> dict[str, Any]:

@@ -73,8 +73,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
 
 def plan_pipeline_command(args: argparse.Namespace) -> int:
     from ..azure.pipeline import read_pipeline
-    from ..azure.pipeline_checks import pipeline_problems
-    from ..azure.pipeline_run import PipelineRun
+    from ..azure.pipeline_run import PipelineRun, pipeline_problems
     from ..run import mini_batches
 
     options = _options(args)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from stat import S_ISDIR
 from typing import Any
 
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..storage import objects as storage
 from ..storage.objects import RemoteStat, Stat, has_glob, is_url, list_detailed
 from .datasets import Dataset, FileDataset, TabularDataset
@@ -25,7 +25,7 @@ from .fingerprints import file_identity, file_token, files_fingerprint
 from .minibatch import MiniBatch
 from .partitions import PartitionFormat, below, hive_values
 from .pieces import cut_file
-from .tables import read_table, row_count
+from .tables import read_table, row_count, table_columns
 
 _IGNORED_PREFIXES = (".", "_")  # like pyarrow.dataset: _SUCCESS, .crc files of Spark outputs
 _RUN = 10_000  # paths listed at a time
@@ -137,14 +137,17 @@ class Planner:
 
     def check_partition_keys(self) -> None:
         """Each partition key is a column of the first file of each table input, or a value of its path; raises
-        InputError naming the file and the column otherwise (what planning would meet, found at once)."""
+        ConfigError naming the key and the file otherwise (what planning would meet, found at once)."""
         for dataset in self.datasets:
             if not isinstance(dataset, TabularDataset) or not self.partition_keys:
                 continue
             for path, stat, fmt, values in self._tabular_files(dataset):
-                in_file = [key for key in self.partition_keys if key not in values]
-                if in_file:
-                    read_table(path, fmt, dataset.read_options, columns=in_file, size=stat.st_size)
+                columns = [*table_columns(path, fmt, dataset.read_options, stat.st_size), *values]
+                missing = [key for key in self.partition_keys if key not in columns]
+                if missing:
+                    raise ConfigError(
+                        "partition_keys", f"{missing[0]!r} is not a column of {path}", f"columns: {', '.join(columns)}"
+                    )
                 break
 
     def _tabular_files(self, dataset: TabularDataset) -> Iterator[tuple[str, Stat, str, dict[str, Any]]]:

@@ -125,6 +125,20 @@ def read_table(
         raise InputError(path, f"not a readable {fmt} file ({first_line(exc)})") from None
 
 
+def table_columns(path: str, fmt: str, options: dict[str, Any], size: int | None = None) -> list[str]:
+    """A file's column names: a Parquet footer says them, a text file is read."""
+    if fmt != "parquet":
+        columns: list[str] = read_table(path, fmt, options, size=size).column_names
+        return columns
+    import pyarrow.parquet as pq
+
+    try:
+        with open_input(path, size) as file:
+            return list(pq.read_schema(file).names)
+    except Exception as exc:
+        raise InputError(path, f"not a readable parquet file ({first_line(exc)})") from None
+
+
 def row_count(path: str, fmt: str, options: dict[str, Any], size: int | None = None) -> int:
     """The rows of a whole file: a Parquet footer says it, a text file is read."""
     if fmt != "parquet":
