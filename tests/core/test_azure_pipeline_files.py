@@ -218,7 +218,7 @@ def test_a_failed_pipeline_fixed_then_run_fresh_starts_a_new_run_with_every_outp
 
 
 def test_a_job_run_again_in_the_same_run_starts_from_nothing_its_failed_attempt_left(staged, tmp_path):
-    """The resumed command reruns whole on an empty output; a parallel job with allow_reuse false runs every
+    """The resumed command reruns whole on an empty output; a parallel job given `allow_reuse: false` runs every
     mini-batch again, not only those its failed attempt did not finish."""
     (tmp_path / "raw" / "b.txt").write_text("2")
     (tmp_path / "fail.flag").write_text("")
@@ -228,9 +228,10 @@ def test_a_job_run_again_in_the_same_run_starts_from_nothing_its_failed_attempt_
     (clean / "stale.txt").write_text("left by hand")  # in the run's own output folder
 
     (tmp_path / "fail.flag").unlink()  # the fix
-    code, again = cli_json(
-        "run", staged, "--set", "process_count_per_node=1", "--set", "allow_reuse=false", cwd=tmp_path
+    staged.write_text(
+        STAGED.replace('    mini_batch_size: "1"\n', '    mini_batch_size: "1"\n    allow_reuse: false\n')
     )
+    code, again = cli_json("run", staged, "--set", "process_count_per_node=1", cwd=tmp_path)
     assert code == 0, again["status_reason"]
     assert again["run_dir"] == failed["run_dir"]  # resumed
     assert again["jobs"]["prepare"]["status"] == "Reused"  # succeeded in this run, kept as it was
@@ -338,3 +339,11 @@ def test_plan_lists_every_problem_of_a_pipeline_with_file_job_and_field_and_run_
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.strip().endswith(f"(3 more: parallel-steps plan {pipeline} lists them)")
     assert not (tmp_path / "runs" / "pipelines").exists()  # nothing ran, no folder left
+
+
+@pytest.mark.parametrize("sample", ["oj_sales/pipeline.yml", "iris/pipeline.yml", "iris/pipeline_with_component.yml"])
+def test_plan_passes_the_samples_as_written(azure_examples, tmp_path, sample):
+    mapped = ("--set", f"datastores.workspaceblobstore={tmp_path / 'blob'}")
+    planned = cli("plan", azure_examples / "pipelines" / sample, *mapped, cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stderr == ""

@@ -40,6 +40,7 @@ _SAME = (
     "logging_level",
     "environment_variables",
     "datastores",  # parallel-steps' own: where `azureml://datastores/<name>/...` paths are (docs/storage.md)
+    "allow_reuse",  # as ParallelRunStep's: false runs every mini-batch again (a pipeline job: from scratch)
 )
 #: ParallelRunStep settings a job may pass in `task.program_arguments` (`--error_threshold 5`).
 PROGRAM_SETTINGS = (
