@@ -7,11 +7,13 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -33,6 +35,7 @@ class RayConnection:
         self.owned = False  # this run connected (or started Ray), so it disconnects
         self.started_local = False  # no address: a local Ray only this run uses
         self._saved_env: dict[str, str | None] = {}
+        self._session_dir: str | None = None  # the local Ray's session folder (in $TMPDIR/ray), removed by close()
 
     def open(self) -> None:
         if ray.is_initialized():
@@ -61,16 +64,31 @@ class RayConnection:
                 ) from None
         else:
             # "local" never attaches to a cluster someone else started on this machine.
-            ray.init(address="local", num_gpus=self.gpus, include_dashboard=False, **quiet)
+            context = ray.init(address="local", num_gpus=self.gpus, include_dashboard=False, **quiet)
+            self._session_dir = context.address_info.get("session_dir")
 
     def close(self) -> None:
         if self.owned:
             ray.shutdown()
+            if self._session_dir:
+                _remove_session(Path(self._session_dir))
             for name, value in self._saved_env.items():
                 if value is None:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+
+def _remove_session(session: Path) -> None:
+    """A local Ray's session folder (its sockets, logs and spill files), once it has stopped, and what points
+    at it in Ray's temporary folder: nothing the run made stays in $TMPDIR. The run's own logs have what its
+    workers wrote."""
+    shutil.rmtree(session, ignore_errors=True)
+    latest = session.parent / "session_latest"
+    if latest.is_symlink() and not latest.exists():  # it pointed at the session just removed
+        latest.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        session.parent.rmdir()  # Ray's folder, when no other session is in it
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def side_inputs_dir() -> Path:
     imported: the first question for the temporary folder writes a probe file in it (tempfile's check that
     it is writable), which a worker killed at that moment would leave behind."""
     return Path(tempfile.gettempdir()) / "parallel_steps" / "side_inputs"
+
+
+def remove_copies(root: Path) -> None:
+    """A run's folder of copies on this machine (`side_inputs_root`), and the folders above it in the temporary
+    folder when no other run's copies are there: nothing the run made stays in $TMPDIR."""
+    shutil.rmtree(root, ignore_errors=True)
+    for folder in (root.parent, root.parent.parent):  # side_inputs/, parallel_steps/
+        try:
+            folder.rmdir()
+        except OSError:  # another run's copies are there (or it is gone)
+            return
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:

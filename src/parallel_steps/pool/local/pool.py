@@ -47,7 +47,7 @@ from ...protocol import (
     WorkerResults,
 )
 from ...store.logs import note_hang, stderr_tail
-from ...worker.side_inputs import copies_root
+from ...worker.side_inputs import copies_root, remove_copies
 from ..base import PoolSettings, WorkerPool, decided_loss
 from ..slots import (
     DUMP_GRACE_S,
@@ -272,7 +272,7 @@ class LocalWorkerPool(WorkerPool):
                 self._cut_off(handle, grace)
             self._reap(handle)
         if self._side_input_copies:
-            shutil.rmtree(self._side_input_copies, ignore_errors=True)
+            remove_copies(self._side_input_copies)
 
     def _cut_off(self, handle: WorkerProcess, grace: float) -> None:
         """shutdown() did not return in time: its stacks go to the error log, then it is killed."""

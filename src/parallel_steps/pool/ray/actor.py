@@ -16,7 +16,6 @@ same path.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,7 +25,7 @@ import ray
 from ...inputs.minibatch import MiniBatch
 from ...protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
 from ...worker.runtime import InitError, WorkerRuntime
-from ...worker.side_inputs import localize_side_inputs
+from ...worker.side_inputs import localize_side_inputs, remove_copies
 from .ends import FileEnds, MailboxEnds, ends_for
 from .watch import Watch, arm_dump
 
@@ -188,5 +187,6 @@ def _flush() -> None:
 
 
 def remove_side_inputs(folder: Path) -> None:
-    """Runs on each node when the run ends: its copies, locks and any partial copy go."""
-    shutil.rmtree(folder, ignore_errors=True)
+    """Runs on each node when the run ends: its copies, locks and any partial copy go, and the folders above
+    them in the temporary folder when no other run's are there."""
+    remove_copies(folder)
