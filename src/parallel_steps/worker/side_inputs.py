@@ -18,6 +18,7 @@ from ..protocol import WorkerSpec
 from ..storage.objects import is_url
 
 _MODELS = ".models"  # models' copies beside side inputs' (no side input name starts with a dot)
+_DOWNLOADS = ".downloads"  # Ray actors' copies of files named by URLs, a folder each
 
 
 def localize_side_inputs(spec: WorkerSpec, copy_paths: bool) -> WorkerSpec:
@@ -65,6 +66,12 @@ def remove_copies(root: Path) -> None:
             folder.rmdir()
         except OSError:  # another run's copies are there (or it is gone)
             return
+
+
+def downloads_folder(spec: WorkerSpec) -> Path:
+    """Where a Ray actor copies the files named by URLs of its mini-batches: in the run's folder of copies on its
+    node, which the pool removes at the run's end, so that an actor killed while it held copies leaves none."""
+    return side_inputs_root(spec) / _DOWNLOADS / spec.process_name
 
 
 def side_inputs_root(spec: WorkerSpec) -> Path:

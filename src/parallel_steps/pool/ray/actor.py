@@ -24,8 +24,9 @@ import ray
 
 from ...inputs.minibatch import MiniBatch
 from ...protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
+from ...worker.downloads import FOLDER_VARIABLE
 from ...worker.runtime import InitError, WorkerRuntime
-from ...worker.side_inputs import localize_side_inputs, remove_copies
+from ...worker.side_inputs import downloads_folder, localize_side_inputs, remove_copies
 from .ends import FileEnds, MailboxEnds, ends_for
 from .watch import Watch, arm_dump
 
@@ -71,6 +72,7 @@ class ParallelStepsWorker:
         except Exception as exc:
             error = f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}"
             return WorkerInitFailed(error, os.getpid(), gpu)
+        os.environ[FOLDER_VARIABLE] = str(downloads_folder(spec))  # made when first needed; removed with the run
         self._dump_file = open(spec.logs.error, "a", encoding="utf-8")
         self._runtime = WorkerRuntime(spec, hang_timeout_hook=self._on_hang_timeout)
         try:

@@ -56,7 +56,7 @@ from ...protocol import (
     WorkerRunning,
 )
 from ...store.logs import stderr_tail
-from ...worker.side_inputs import copies_root
+from ...worker.side_inputs import side_inputs_root
 from ..base import PoolSettings, WorkerPool, decided_loss
 from ..slots import Due, WorkerState, died_in_init_detail, next_wakeup, unattributed_detail
 from .actor import ParallelStepsWorker
@@ -81,7 +81,7 @@ class RayWorkerPool(WorkerPool):
         self._refs = RayRefs()
         self._events: collections.deque[Event] = collections.deque()
         self._nodes = RayNodes()
-        self._side_inputs_root: Path | None = None  # where nodes copied this run's side inputs and models
+        self._side_inputs_root: Path | None = None  # the run's copies on every node (worker/side_inputs.py)
         self._actor_class: Any = None
         self._suspects: set[int] = set()  # mini-batches a loss could not blame: each runs in a call of its own
         self._closed = False
@@ -103,7 +103,7 @@ class RayWorkerPool(WorkerPool):
         info = self._new_worker(node_index, slot)
         gpu = node.take_gpu(self.settings.workers_per_gpu)
         spec = self.settings.make_spec(node_index, info.node_id, info.process_name)
-        self._side_inputs_root = copies_root(spec, copy_paths=True)
+        self._side_inputs_root = side_inputs_root(spec)  # copies of side inputs, models and URL files, per node
         environment = self.settings.worker_environment(node_index, info.process_name, None)
         if gpu:
             del environment["CUDA_VISIBLE_DEVICES"]  # Ray sets it to the GPU it reserved
