@@ -189,3 +189,37 @@ def test_several_mini_batches_in_flight_need_an_async_run(tmp_path, write_script
 
     with pytest.raises(ConfigError, match=r"^max_concurrency_per_worker: 4 mini-batches in flight need an `async def"):
         run_step(config)
+
+
+HANG_TIMEOUT = """
+import asyncio, os
+from parallel_steps import EntryScript
+
+async def run(mini_batch):
+    name = os.path.basename(mini_batch[0])
+    if name == "f0001.txt":  # a slow one that says so: its limit only moves
+        with EntryScript().hang_timeout(30):
+            await asyncio.sleep(3)
+    elif name == "f0002.txt":  # as slow, and silent
+        await asyncio.sleep(3)
+    return [name]
+"""
+
+
+def test_hang_timeout_in_an_async_run_moves_the_limit_of_its_own_mini_batch_only(make_files, write_script):
+    make_files(4)
+    write_script(HANG_TIMEOUT)
+    config = ParallelRunConfig(
+        entry_script="score.py",
+        inputs=["data"],
+        mini_batch_size=1,
+        process_count_per_node=1,
+        max_concurrency_per_worker=4,
+        run_invocation_timeout=1,
+        run_max_try=1,
+    )
+
+    summary = run_step(config)
+
+    assert sorted(Path(summary["output_file"]).read_text().split()) == ["f0000.txt", "f0001.txt", "f0003.txt"]
+    assert "TimeoutError: run() exceeded 1 s on mini-batch 2; cancelled" in summary["status_reason"]
