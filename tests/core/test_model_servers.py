@@ -223,3 +223,41 @@ def test_hang_timeout_in_an_async_run_moves_the_limit_of_its_own_mini_batch_only
 
     assert sorted(Path(summary["output_file"]).read_text().split()) == ["f0000.txt", "f0001.txt", "f0003.txt"]
     assert "TimeoutError: run() exceeded 1 s on mini-batch 2; cancelled" in summary["status_reason"]
+
+
+BLOCKS_ITS_LOOP = """
+import asyncio, os, time
+
+async def run(mini_batch):
+    name = os.path.basename(mini_batch[0])
+    if name == "f0001.txt":
+        time.sleep(60)  # blocks the event loop: nothing can be cancelled in this worker
+    await asyncio.sleep(0.1)
+    return [name]
+"""
+
+
+def test_an_async_run_that_blocks_its_event_loop_is_ended_by_the_pool_and_blamed_alone(make_files, write_script):
+    """The worker cannot cancel anything while its loop is blocked; the pool kills it a few seconds past the
+    earliest deadline. That loss names none of those in flight; each runs again alone, and the blocker, killed
+    again there, is the one that times out."""
+    make_files(3)
+    write_script(BLOCKS_ITS_LOOP)
+    config = ParallelRunConfig(
+        entry_script="score.py",
+        inputs=["data"],
+        mini_batch_size=1,
+        process_count_per_node=1,
+        max_concurrency_per_worker=3,
+        run_invocation_timeout=1,
+        run_max_try=1,
+    )
+
+    summary = run_step(config)
+
+    assert sorted(Path(summary["output_file"]).read_text().split()) == ["f0000.txt", "f0002.txt"]
+    assert summary["mini_batches_failed"] == 1
+    attempts = pd.read_csv(Path(summary["run_dir"]) / "logs/sys/job_report/processed_mini-batches.csv")
+    blocked = attempts[attempts["mini_batch_id"] == 1]
+    assert list(blocked["outcome"]) == ["timed_out"]  # one attempt counted: the loss while it ran alone
+    assert "event loop is blocked" in blocked["error"].iloc[0]
