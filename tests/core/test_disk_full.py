@@ -204,6 +204,51 @@ def test_a_full_output_folder_fails_the_run_in_one_line_and_a_rerun_delivers(tmp
     assert_every_row_once(output / "parallel_run_step.txt")
 
 
+@pytest.fixture
+def read_only(tmp_path):
+    """`read_only(name)`: tmp_path/name, bind-mounted read-only (EROFS to every write); `.allow(path)` makes it
+    writable again. Unmounted at the end."""
+    mounted: list[Path] = []
+
+    class Mount:
+        def __call__(self, name: str) -> Path:
+            path = tmp_path / name
+            path.mkdir()
+            done = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot bind-mount here (needs root): {done.stderr.decode().strip()}")
+            mounted.append(path)
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+            return path
+
+        def allow(self, path: Path) -> None:
+            subprocess.run(["mount", "-o", "remount,bind,rw", str(path)], check=True)
+
+    yield Mount()
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_read_only_output_folder_fails_the_run_in_one_line_and_a_rerun_delivers(tmp_path, read_only):
+    output = read_only("out")
+    run_dir = tmp_path / "run"
+    done = run_cli(tmp_path, run_dir, output)
+
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    reason = json.loads(done.stdout)["status_reason"]
+    assert reason.startswith(f"{output}/"), reason
+    assert ": a read-only file system (make it writable, or choose another folder, then rerun" in reason
+    assert os.listdir(output) == []
+    assert json.loads(done.stdout)["mini_batches_succeeded"] == FILES  # every result stands in the ledger
+    assert_nothing_left(tmp_path)
+
+    read_only.allow(output)
+    rerun = run_cli(tmp_path, run_dir, output)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_every_row_once(output / "parallel_run_step.txt")
+
+
 def run_phase(tmp_path: Path, disk: Path, phase: str, *options: str, row_bytes: int = 1000):
     """The step on one worker, FILL=`phase` filling `disk`; the run directory is `disk`/run."""
     write_inputs(tmp_path, "fills.py", FILLS)

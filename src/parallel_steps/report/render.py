@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.attempts import Attempts
-from ..store.space import out_of_space
+from ..store.space import cannot_write
 from ..version import __version__
 from .data import MAX_BARS, error_groups, page_data
 from .page import page, seconds
@@ -58,12 +58,12 @@ def write_report(
 
 def write_run_report(run_dir: Path, summary: Mapping[str, Any], attempts: Attempts, log: logging.Logger) -> str | None:
     """The report written at the end of a run, from the attempts its driver recorded: one that cannot be
-    written is logged, never fails the run; a full disk is raised (it fails the run, as for the run's other
-    records: store/space.py)."""
+    written is logged, never fails the run; a write the disk refuses is raised (it fails the run, as for the run's
+    other records: store/space.py)."""
     try:
         path = write_report(run_dir, summary, attempts=attempts)
     except Exception as exc:
-        if out_of_space(exc):
+        if cannot_write(exc):
             raise
         log.exception("the run report could not be written")
         return None

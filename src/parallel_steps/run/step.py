@@ -36,7 +36,7 @@ from ..storage.objects import upload
 from ..store.output import assemble, spool_format
 from ..store.rundir import RunDirectory
 from ..store.runs import RunIndex, key_lock, write_summary
-from ..store.space import no_space_line, out_of_space, where_it_fits
+from ..store.space import cannot_write, where_it_fits, write_cause, write_failed_line
 from ..summary import Counters, RunStatus, RunSummary, summarize, timestamp
 from .checks import check_step
 from .plan import RunPlan, planner_for
@@ -211,8 +211,8 @@ class _StepRun:
                 logs.close(log)
                 raise
             except Exception as exc:  # a system error of the driver itself
-                if out_of_space(exc):  # a restart cannot make space
-                    status, reason = RunStatus.FAILED, no_space_line(exc, run.path)
+                if cannot_write(exc):  # a restart cannot make space, nor mend a disk
+                    status, reason = RunStatus.FAILED, write_failed_line(exc, run.path)
                     self.disk_full = True
                     log.error("%s", reason)
                     with where_it_fits():
@@ -318,10 +318,10 @@ class _StepRun:
         try:
             self._write_records(index, summary)
         except Exception as exc:
-            if not out_of_space(exc):
+            if not cannot_write(exc):
                 raise
             if not self.disk_full:
-                summary.update(status=RunStatus.FAILED, status_reason=no_space_line(exc, self.run.path))
+                summary.update(status=RunStatus.FAILED, status_reason=write_failed_line(exc, self.run.path))
             _records_lost(self.run, summary)
         with where_it_fits():
             self.run.logs.close(self.log)
@@ -352,17 +352,17 @@ def _cut_off(pool: WorkerPool, grace: float, log: logging.Logger, report: Report
 
 
 def _record_end(index: RunIndex, run_id: str, summary: RunSummary) -> None:
-    """The run's row in the index, at its end. Bookkeeping: a disk too full for it leaves the run's result as it
+    """The run's row in the index, at its end. Bookkeeping: a disk that refuses it leaves the run's result as it
     is (in its run.json, which whoever reads the run's state looks at first), and says so in one line."""
     try:
         index.update(run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
     except Exception as exc:
-        if not out_of_space(exc):
+        if not cannot_write(exc):
             raise
         logging.getLogger(__name__).warning(
-            "%s: no space left on the device; the run index still says this run is running (its run.json has its "
-            "end: %s)",
+            "%s: %s; the run index still says this run is running (its run.json has its end: %s)",
             index.path,
+            write_cause(exc),
             summary.status.value,
         )
 
