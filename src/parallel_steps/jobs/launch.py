@@ -23,7 +23,7 @@ from ..config.model import ParallelRunConfig
 from ..errors import ConfigError
 from ..run.checks import check_inputs
 from ..run.step import run_step
-from ..store.runs import new_run_id, read_ray_job
+from ..store.runs import new_run_id, read_ray_job, read_summary
 from ..summary import RunSummary
 from . import detached
 from .follow import Follower, RunHooks, when_set
@@ -121,8 +121,11 @@ class Launcher:
         here instead of failing in the background.
         """
         check_inputs(self.config, self.entry_callables)
-        run_id = self.run_id or new_run_id(self.config.name)
-        folder = Path(self.run_dir).absolute() if self.run_dir else self.config.resolved_run_root() / run_id
+        given = Path(self.run_dir).absolute() if self.run_dir else None
+        # A run directory given again is the same run (its Ray job is found by its id): keep the id it has.
+        earlier = (read_summary(given) or {}).get("run_id") if given else None
+        run_id = self.run_id or earlier or new_run_id(self.config.name)
+        folder = given or self.config.resolved_run_root() / run_id
         created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         try:
