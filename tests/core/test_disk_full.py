@@ -76,6 +76,14 @@ def shutdown():  # after every mini-batch, before the output is assembled and th
 """.replace("LAST", f"f{FILES - 1:04d}.txt")
 
 
+def mount(arguments: list[str], path: Path, what: str) -> Path:
+    """`mount ARGUMENTS PATH`; the test is skipped, saying why, where it cannot (mounting needs root)."""
+    done = subprocess.run(["mount", *arguments, str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount {what} here (needs root): {done.stderr.decode().strip()}")
+    return path
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """`small_disk(name)`: a 3 MB tmpfs at tmp_path/name; `.grow(path)` makes room on it. Unmounted at the end."""
@@ -85,10 +93,7 @@ def small_disk(tmp_path):
         def __call__(self, name: str) -> Path:
             path = tmp_path / name
             path.mkdir()
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(path)], capture_output=True)
-            if done.returncode != 0:
-                pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
-            mounted.append(path)
+            mounted.append(mount(["-t", "tmpfs", "-o", "size=3m", "tmpfs"], path, "a tmpfs"))
             return path
 
         def grow(self, path: Path) -> None:
@@ -214,10 +219,7 @@ def read_only(tmp_path):
         def __call__(self, name: str) -> Path:
             path = tmp_path / name
             path.mkdir()
-            done = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
-            if done.returncode != 0:
-                pytest.skip(f"cannot bind-mount here (needs root): {done.stderr.decode().strip()}")
-            mounted.append(path)
+            mounted.append(mount(["--bind", str(path)], path, "a folder on itself"))
             subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
             return path
 

@@ -206,20 +206,23 @@ async def run(mini_batch):
 """
 
 
-def test_hang_timeout_in_an_async_run_moves_the_limit_of_its_own_mini_batch_only(make_files, write_script):
-    make_files(4)
-    write_script(HANG_TIMEOUT)
-    config = ParallelRunConfig(
+def one_async_worker(concurrency: int) -> ParallelRunConfig:
+    """score.py over data/, a file per mini-batch, in one worker with `concurrency` in flight, 1 s each, no retry."""
+    return ParallelRunConfig(
         entry_script="score.py",
         inputs=["data"],
         mini_batch_size=1,
         process_count_per_node=1,
-        max_concurrency_per_worker=4,
+        max_concurrency_per_worker=concurrency,
         run_invocation_timeout=1,
         run_max_try=1,
     )
 
-    summary = run_step(config)
+
+def test_hang_timeout_in_an_async_run_moves_the_limit_of_its_own_mini_batch_only(make_files, write_script):
+    make_files(4)
+    write_script(HANG_TIMEOUT)
+    summary = run_step(one_async_worker(concurrency=4))
 
     assert sorted(Path(summary["output_file"]).read_text().split()) == ["f0000.txt", "f0001.txt", "f0003.txt"]
     assert "TimeoutError: run() exceeded 1 s on mini-batch 2; cancelled" in summary["status_reason"]
@@ -243,17 +246,7 @@ def test_an_async_run_that_blocks_its_event_loop_is_ended_by_the_pool_and_blamed
     again there, is the one that times out."""
     make_files(3)
     write_script(BLOCKS_ITS_LOOP)
-    config = ParallelRunConfig(
-        entry_script="score.py",
-        inputs=["data"],
-        mini_batch_size=1,
-        process_count_per_node=1,
-        max_concurrency_per_worker=3,
-        run_invocation_timeout=1,
-        run_max_try=1,
-    )
-
-    summary = run_step(config)
+    summary = run_step(one_async_worker(concurrency=3))
 
     assert sorted(Path(summary["output_file"]).read_text().split()) == ["f0000.txt", "f0002.txt"]
     assert summary["mini_batches_failed"] == 1

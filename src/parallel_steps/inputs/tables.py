@@ -130,13 +130,7 @@ def table_columns(path: str, fmt: str, options: dict[str, Any], size: int | None
     if fmt != "parquet":
         columns: list[str] = read_table(path, fmt, options, size=size).column_names
         return columns
-    import pyarrow.parquet as pq
-
-    try:
-        with open_input(path, size) as file:
-            return list(pq.read_schema(file).names)
-    except Exception as exc:
-        raise InputError(path, f"not a readable parquet file ({first_line(exc)})") from None
+    return list(_parquet_footer(path, size).schema.names)
 
 
 def row_count(path: str, fmt: str, options: dict[str, Any], size: int | None = None) -> int:
@@ -144,11 +138,16 @@ def row_count(path: str, fmt: str, options: dict[str, Any], size: int | None = N
     if fmt != "parquet":
         rows: int = read_table(path, fmt, options, size=size).num_rows
         return rows
+    rows = _parquet_footer(path, size).num_rows
+    return rows
+
+
+def _parquet_footer(path: str, size: int | None) -> Any:
+    """A Parquet file's metadata (its footer only); errors name the file."""
     import pyarrow.parquet as pq
 
     try:
         with open_input(path, size) as file:
-            rows = pq.ParquetFile(file).metadata.num_rows
+            return pq.ParquetFile(file).metadata
     except Exception as exc:
         raise InputError(path, f"not a readable parquet file ({first_line(exc)})") from None
-    return rows

@@ -74,17 +74,18 @@ ERROR_FIELD = "error"
 def row_errors(result: Any) -> tuple[int, Any]:
     """How many rows of run()'s result have an `error` that is not null, and the first such error: items that
     failed, each recorded by its row, while the mini-batch succeeds (docs/model_servers.md). Rows are dicts,
-    or a DataFrame or Table with an `error` column; other rows (strings, tuples) carry no error."""
-    if result is None:
-        return 0, None
-    if hasattr(result, "num_rows"):  # a pyarrow Table
+    or a DataFrame or Table with an `error` column; other rows (strings, tuples) carry no error, and a list whose
+    first row is not a dict is taken to hold none."""
+    if isinstance(result, list | tuple):  # the common case, on the hot path: rows of one kind, dicts or not
+        if not result or not isinstance(result[0], dict):
+            return 0, None
+        errors = [row[ERROR_FIELD] for row in result if isinstance(row, dict) and row.get(ERROR_FIELD) is not None]
+    elif hasattr(result, "num_rows"):  # a pyarrow Table
         if ERROR_FIELD not in result.column_names:
             return 0, None
         errors = [error for error in result.column(ERROR_FIELD).to_pylist() if error is not None]
     elif (columns := getattr(result, "columns", None)) is not None:  # a pandas DataFrame
         errors = result[ERROR_FIELD].dropna().tolist() if ERROR_FIELD in columns else []
-    elif isinstance(result, list | tuple):
-        errors = [row[ERROR_FIELD] for row in result if isinstance(row, dict) and row.get(ERROR_FIELD) is not None]
     else:
         return 0, None
     return len(errors), errors[0] if errors else None

@@ -8,7 +8,6 @@ user exceptions: the driver may not be able to import the user's classes.
 
 from __future__ import annotations
 
-import dataclasses
 import faulthandler
 import inspect
 import json
@@ -19,7 +18,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from ..errors import error_line
@@ -291,19 +289,17 @@ class WorkerRuntime:
         )
 
 
-@dataclass
 class _Attempt:
-    """What one attempt has learnt so far, for its outcome and journal line whenever it ends."""
+    """What one attempt has learnt so far, for its outcome and journal line whenever it ends (a plain class:
+    one is made per mini-batch)."""
 
-    mini_batch: MiniBatch
-    number: int
-    started: float = dataclasses.field(default_factory=time.time)
-    items: int | None = None
-    input_s: float = 0.0
-    during: int | None = None  # the mini-batch that ran while its input was read ahead
+    __slots__ = ("during", "input_s", "items", "mini_batch", "number", "started")
 
-    def __post_init__(self) -> None:
-        self.items = self.mini_batch.items
+    def __init__(self, mini_batch: MiniBatch, number: int):
+        self.mini_batch, self.number, self.started = mini_batch, number, time.time()
+        self.items: int | None = mini_batch.items
+        self.input_s = 0.0
+        self.during: int | None = None  # the mini-batch that ran while its input was read ahead
 
 
 def _fingerprint(mini_batch: MiniBatch, data: Any, mode: str) -> tuple[str | None, bytes | None]:

@@ -94,7 +94,8 @@ class WorkerProcess:
     def send_outbox(self, alone: Container[int]) -> None:
         """Everything submitted since the last look, as one message; those of `alone` to run alone."""
         if self.outbox and self.pipe_open:
-            self.conn.send(RunAttempts(self.outbox, frozenset(a[0].index for a in self.outbox if a[0].index in alone)))
+            suspects = frozenset(a[0].index for a in self.outbox if a[0].index in alone) if alone else frozenset()
+            self.conn.send(RunAttempts(self.outbox, suspects))
             self.outbox = []
 
     def poll_mask(self) -> int:
