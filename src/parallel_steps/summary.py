@@ -111,6 +111,8 @@ class RunSummary(dict[str, Any]):
     config = _Key[dict[str, Any]]()  # the effective configuration, secrets masked
     pid = _Key[int]()
     host = _Key[str]()
+    partitions = _Key[dict[str, dict[str, Any]]]()  # a step over partitions: each one's status and counts
+    partitions_failed = _Key[list[str]]()  # ... and the keys of those that failed (their outputs are not written)
     ray_job = _Key[str]()  # the Ray job that runs the driver (`submit_to: ray_job`; added by `jobs.run_status`)
     # progress snapshots
     mini_batches_done = _Key[int]()

@@ -115,12 +115,22 @@ def print_summary(summary: RunSummary, as_json: bool) -> None:
         f"  mini-batches: {summary['mini_batches_succeeded']} succeeded, {summary['mini_batches_failed']} failed, "
         f"{summary['mini_batches_reused']} reused, of {summary['mini_batches_total']}",
         f"  items:        {items_text(summary)}",
+        *_partitions_line(summary),
         f"  output:       {summary.get('output_file') or summary.get('output')}",
         f"  logs:         {Path(summary['run_dir']) / 'logs'}",
     ]
     if summary.get("report"):
         lines.append(f"  report:       {summary['report']}")
     print("\n".join(lines))
+
+
+def _partitions_line(summary: RunSummary) -> list[str]:
+    """A step over partitions: how many succeeded, and the keys of those that failed."""
+    if "partitions" not in summary:
+        return []
+    failed = summary["partitions_failed"]
+    line = f"  partitions:   {len(summary['partitions']) - len(failed)} succeeded, {len(failed)} failed"
+    return [line + (f" ({', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''})" if failed else "")]
 
 
 class Progress(RunHooks):

@@ -21,6 +21,7 @@ from .types import (
     LoggingLevel,
     NamedPaths,
     PartitionKeys,
+    Partitions,
     Patterns,
     Size,
     SizeOrZero,
@@ -91,6 +92,13 @@ class PartitionFields(_Section):
         description="One mini-batch per distinct combination of these keys: columns of tabular inputs (also hive "
         "folders such as Store=2/), or keys of the inputs' partition_format (files and tables).",
         json_schema_extra=TRIGGER,
+    )
+    partitions: Partitions = Field(
+        None,
+        description="Run over several partitions of the data at once (a backfill in one step): keys (folder names) "
+        "that fill {partition} in every input path, globs matched against the folders there (2026-01-*, *), or a "
+        "range {start, end, every: day|hour, format}. Mini-batches never cross a partition; each partition's "
+        "output goes to <output>/<key>/, and the summary reports each partition (docs/partitions.md).",
     )
 
 

@@ -23,6 +23,7 @@ from pydantic import ConfigDict, ValidationError, model_validator
 from ..errors import ConfigError
 from ..inputs.datasets import Dataset, FileDataset, TabularDataset
 from ..inputs.partitions import PartitionFormat
+from ..inputs.step_partitions import PLACEHOLDER, expand, resolve
 from ..storage.datastores import resolve_step_paths
 from .fields import AzureFields, ExecutionFields, FaultFields, OutcomeFields, PartitionFields, StepFields, WorkerFields
 from .files import file_fields, job_file_fields
@@ -89,6 +90,7 @@ class ParallelRunConfig(
             )
         if self.partition_keys and FileDataset in kinds:
             _check_file_keys(self.partition_keys, self.inputs)
+        _check_partitioned(self.partitions is not None, self.inputs, self.output)
         if self.submit_to == "ray_job" and self.backend != "ray":
             raise ConfigError(
                 "submit_to", "'ray_job' runs the driver on a Ray cluster, so it needs backend: ray", "set backend=ray"
@@ -156,8 +158,13 @@ class ParallelRunConfig(
     # The sections each layer takes -----------------------------------------
 
     def plan_settings(self) -> PlanSettings:
-        """What the planner reads: the inputs and how they are cut into mini-batches."""
-        return PlanSettings(self.inputs, self.batch_size, self.partition_keys, self.reuse_fingerprint)
+        """What the planner reads: the inputs and how they are cut into mini-batches; with `partitions`, each
+        partition's inputs, key after key (a glob among the keys lists the folder the partitions are in)."""
+        if self.partitions is None:
+            return PlanSettings(self.inputs, self.batch_size, self.partition_keys, self.reuse_fingerprint)
+        keys = resolve(self.partitions, self.inputs)  # globs list the folder where the partitions are
+        datasets = expand(self.inputs, keys)
+        return PlanSettings(datasets, self.batch_size, self.partition_keys, self.reuse_fingerprint, keys)
 
     def thresholds(self) -> Thresholds:
         """The fields that decide Succeeded or Failed for the same results."""
@@ -284,6 +291,32 @@ def _check_file_keys(keys: list[str], inputs: list[Dataset]) -> None:
             )
 
 
+def _check_partitioned(partitioned: bool, inputs: list[Dataset], output: str | None) -> None:
+    """With `partitions`, every input path names `{partition}` once; without, none does. The output is one
+    folder: each partition's goes to a folder of its own in it."""
+    for index, dataset in enumerate(inputs):
+        for path in dataset.path:
+            count = path.count(PLACEHOLDER)
+            if partitioned and count != 1:
+                raise ConfigError(
+                    f"inputs[{index}]",
+                    f"{path} names {PLACEHOLDER} {count} times; with partitions every input path names it once",
+                    f"e.g. /data/events/{PLACEHOLDER}/",
+                )
+            if count and not partitioned:
+                raise ConfigError(
+                    "partitions",
+                    f"inputs[{index}] {path} names {PLACEHOLDER}, but no partitions are given",
+                    "set partitions: a list of keys, globs such as 2026-01-*, or {start, end, every}",
+                )
+    if output and PLACEHOLDER in output:
+        raise ConfigError(
+            "output",
+            f"{output} names {PLACEHOLDER}",
+            "give the folder: each partition's output goes to <output>/<key>/",
+        )
+
+
 # Values that arrive as strings ------------------------------------------------------------------
 
 
@@ -314,7 +347,7 @@ def coerce(key: str, value: Any) -> Any:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError:
         parsed = text
-    if container is list and not isinstance(parsed, list):
+    if container is list and not isinstance(parsed, (list, dict)):  # a mapping is the field's other shape
         parsed = text.split() if key == "arguments" else [s.strip() for s in text.split(",")]
     return parsed
 

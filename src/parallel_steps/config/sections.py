@@ -24,6 +24,7 @@ class PlanSettings:
     batch_size: int  # files per mini-batch, or bytes per mini-batch for tabular inputs
     partition_keys: list[str] | None
     fingerprint: str  # reuse_fingerprint: stat or content
+    partitions: list[str] | None = None  # the keys, when `inputs` are each partition's inputs, key after key
 
 
 @dataclass(frozen=True)

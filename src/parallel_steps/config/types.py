@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic.config import JsonDict
 
 from ..errors import ConfigError
 from ..inputs.datasets import Dataset, FileDataset, TabularDataset, ensure_dataset
+from ..inputs.step_partitions import PartitionRange, check_spec
 from ..masking import mask_urls
 
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -146,6 +148,19 @@ def _keys(value: Any) -> Any:
     return [value] if isinstance(value, str) else (value or None)
 
 
+def _partition_keys(value: Any) -> Any:
+    """One key (or glob) alone is a list of one; dates that YAML read are written back as keys."""
+    if isinstance(value, str):
+        return [value] if value.strip() else None
+    if isinstance(value, (list, tuple)):
+        return [v.isoformat() if isinstance(v, (date, datetime)) else v for v in value]
+    return value
+
+
+def _partition_spec(value: list[str] | PartitionRange | None) -> list[str] | PartitionRange | None:
+    return None if value is None else check_spec(value)
+
+
 def _level(value: Any) -> Any:
     if not isinstance(value, str):
         return value
@@ -195,6 +210,9 @@ Arguments = Annotated[list[str], BeforeValidator(_strings)]
 EnvironmentVariables = Annotated[dict[str, str], BeforeValidator(_environment)]
 StorageOptions = Annotated[dict[str, dict[str, Any]], BeforeValidator(_storage_options)]
 PartitionKeys = Annotated[list[str] | None, BeforeValidator(_keys)]
+Partitions = Annotated[
+    list[str] | PartitionRange | None, BeforeValidator(_partition_keys), AfterValidator(_partition_spec)
+]
 Size = Annotated[int | str | None, BeforeValidator(_size)]
 SizeOrZero = Annotated[int | str | None, BeforeValidator(_size_or_zero)]  # 0 turns off what it bounds
 LoggingLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_level)]

@@ -12,7 +12,8 @@ mini-batch's member files and their tokens), a rerun lists the inputs and:
 
 Mini-batches are numbered in the order they are decided while the files are listed: an
 earlier one when the last of its files is listed, a new one when it is full (a partial one
-at the end of each input). The same inputs and earlier plan give the same plan.
+at the end of each input). Every earlier one still open is decided at the end of each input, so no
+mini-batch holds files of two inputs. The same inputs and earlier plan give the same plan.
 
 Memory stays bounded: the earlier plan is held as one text per mini-batch and one 8-byte
 hash per file (numpy arrays), never a Python object per file for the whole input.
@@ -105,10 +106,12 @@ class IncrementalPlanner:
         self._decided: set[int] = set()
         self._pending: list[_File] = []  # files waiting for a new mini-batch
         self._index = 0
+        self.starts: list[int] = []  # the index each dataset's mini-batches start at
 
     def mini_batches(self) -> Iterator[Planned]:
         open_, decided, sizes = self._open, self._decided, self._earlier.sizes
         for dataset in self.datasets:
+            self.starts.append(self._index)
             for run, run_sizes, tokens in tokens_ahead(iter_listed_runs(dataset.path), self.mode):
                 for file, owner in zip(zip(run, run_sizes, tokens), self._earlier.owners(run)):  # per file: inlined
                     if owner < 0 or owner in decided:

@@ -51,10 +51,12 @@ class Planner:
     fingerprint: str = "stat"
     defer_files: bool = False
     notes: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)  # the index each dataset's mini-batches start at
 
     def mini_batches(self) -> Iterator[MiniBatch]:
         index = 0
         for dataset in self.datasets:
+            self.starts.append(index)
             if isinstance(dataset, FileDataset):
                 pieces = self._file_key_batches(dataset) if self.partition_keys else self._file_batches(dataset)
             elif self.partition_keys:

@@ -19,6 +19,7 @@ from ..config.secrets import storage_settings
 from ..config.sections import PlanSettings
 from ..inputs.minibatch import MiniBatch
 from ..inputs.planner import Planner
+from ..inputs.step_partitions import spans
 from ..storage import options as storage_options
 from ..store.ledger import Ledger, PlanRow
 from ..store.runs import RunIndex
@@ -101,6 +102,14 @@ class RunPlan:
         else:
             planner = planner_for(settings, defer_files=False)
             self._planner, self._rows = planner, ((mb, sources.find(mb), None) for mb in planner.mini_batches())
+
+    def partition_spans(self) -> list[tuple[str, int, int]]:
+        """(key, first index, end index) of each partition's mini-batches once the plan is complete; [] for a
+        step without `partitions`."""
+        keys, planner = self.settings.partitions, self._sticky or self._planner
+        if not keys or planner is None:
+            return []
+        return spans(keys, planner.starts, self.counters.mini_batches_total)
 
     def close(self) -> None:
         """Stop planning: what the planner holds is let go (a rerun's stat helper process ends)."""

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from logging import Logger
 from pathlib import Path
 
@@ -32,15 +32,14 @@ from ..masking import mask_urls
 from ..pool.base import WorkerPool
 from ..report import upload_report, write_run_report
 from ..storage import options as storage_options
-from ..storage.objects import upload
-from ..store.output import assemble, spool_format
 from ..store.rundir import RunDirectory
 from ..store.runs import RunIndex, key_lock, write_summary
 from ..store.space import cannot_write, where_it_fits, write_cause, write_failed_line
 from ..summary import Counters, RunStatus, RunSummary, summarize, timestamp
 from .checks import check_step
+from .delivery import Delivered, deliver
 from .plan import RunPlan, planner_for
-from .reuse import ReuseSources, inputs_key, output_file_url, restore_whole_step, step_code_key, step_key
+from .reuse import ReuseSources, inputs_key, restore_whole_step, step_code_key, step_key
 from .workers import RunWorkers
 
 
@@ -115,9 +114,7 @@ class _StepRun:
         self.started_at = time.time()
         self.restarts: list[dict[str, str]] = []
         self.shutdown_cut_off: list[str] = []
-        self.output_file: str | None = None
-        self.rows_written = 0
-        self.output_bytes: int | None = None
+        self.delivered = Delivered()
         self.disk_full = False  # the run failed for lack of space: the first full disk it met is the one it names
 
     # The phases ----------------------------------------------------------------------------
@@ -169,8 +166,12 @@ class _StepRun:
                 return self._run(index, scope, iter(()), None)
             if sources and not first:  # every mini-batch has a result: every fingerprint is known
                 key = step_key(self.code, self.run.ledger.fingerprints())
-                if self.config.allow_reuse and (
-                    summary := restore_whole_step(index, key, self.run, self.config, self.started_at)
+                if (
+                    self.config.allow_reuse
+                    and not self.config.partitions
+                    and (  # partitions: delivered one by one
+                        summary := restore_whole_step(index, key, self.run, self.config, self.started_at)
+                    )
                 ):
                     return summary
                 return self._run(index, scope, iter(()), None)
@@ -200,8 +201,8 @@ class _StepRun:
             try:
                 status, reason = self._drive(scope, pending, pool)
                 if status == RunStatus.SUCCEEDED:
-                    delivered = _deliver_output(self.run, self.config, self.termination.check, self.log)
-                    self.output_file, self.rows_written, self.output_bytes = delivered
+                    spans, check = self.plan.partition_spans(), self.termination.check
+                    self.delivered, status, reason = deliver(run, self.config, spans, check, self.log, reason)
                 break
             except JobCanceled as stop:  # in a phase of the step's own (driver/termination.py)
                 scope.close()
@@ -298,10 +299,7 @@ class _StepRun:
                 name=self.config.name,
                 run_dir=str(run.path),
                 output=mask_urls(run.output_url or str(run.output_dir)),
-                output_file=mask_urls(self.output_file) if status == RunStatus.SUCCEEDED and self.output_file else None,
                 append_row_format=self.config.output_format if self.config.output_action == "append_row" else None,
-                rows_written=self.rows_written if status == RunStatus.SUCCEEDED else 0,
-                output_bytes=self.output_bytes if status == RunStatus.SUCCEEDED else None,
                 report_url=None,
                 metrics_logged=run.logs.count_metrics(),
                 shutdown_cut_off=self.shutdown_cut_off,
@@ -309,6 +307,7 @@ class _StepRun:
                 restarts=self.restarts,
                 job_result=str(run.logs.job_result),
                 config=public_config(self.config),
+                **self.delivered.summary_keys(status),
             ),
         )
 
@@ -373,27 +372,6 @@ def _log_plan(plan: RunPlan, resumed: bool, log: Logger) -> None:
     log.info("%d mini-batches planned; %d reused%s", total, reused, " (resumed)" if resumed else "")
     for note in plan.notes:
         log.warning("plan: %s", note)
-
-
-def _deliver_output(
-    run: RunDirectory, config: ParallelRunConfig, check: Callable[[], None], log: Logger
-) -> tuple[str | None, int, int | None]:
-    """The output file (its path or URL), then the upload; `check` (a cancel) stops either between two
-    slices or files: nothing partial is left where the output goes, and a rerun delivers it. Returns the
-    output file, its rows and its bytes (for the summary and the engines' lineage)."""
-    check()
-    output_file, rows, size = None, 0, None
-    if config.output_action == "append_row":
-        target = run.output_dir / config.append_row_file_name
-        fmt = spool_format(config.output_format, config.append_row_dataframe_header)
-        assemble(run.ledger.parts(), target, fmt, check=check)
-        output_file = output_file_url(run.output_url, config) if run.output_url else str(target)
-        rows, size = run.ledger.rows_written(), target.stat().st_size
-        log.info("output assembled: %s", target)
-    if run.output_url:  # the output file last: once it is there, so is everything the script wrote
-        upload(run.output_dir, run.output_url, last=config.append_row_file_name, check=check)
-        log.info("output uploaded to %s", mask_urls(run.output_url))
-    return output_file, rows, size
 
 
 def _write_report(

@@ -84,14 +84,45 @@ class LedgerQueries:
                 yield pickle.loads(blob)
             last = rows[-1][0]
 
-    def parts(self) -> Iterator[Part]:
-        """The slice of every succeeded mini-batch that returned rows, in plan order."""
+    def parts(self, first: int = 0, end: int = 2**62) -> Iterator[Part]:
+        """The slice of every succeeded mini-batch that returned rows, in plan order (those from `first` to
+        before `end`: one partition's)."""
         spools = self._spools()
         for spool, offset, length in self._db.execute(
             "SELECT spool, part_offset, part_length FROM mini_batches"
-            f" WHERE state={SUCCEEDED} AND spool IS NOT NULL ORDER BY idx"
+            f" WHERE state={SUCCEEDED} AND spool IS NOT NULL AND idx >= ? AND idx < ? ORDER BY idx",
+            (first, end),
         ):
             yield Part(spools[spool], offset, length)
+
+    def span_counts(self, first: int, end: int, no_result_fails: bool = True) -> dict[str, int]:
+        """The counts of the mini-batches from `first` to before `end` (one partition's), as a summary has
+        them: items run() returned no result for are failed items unless `no_result_fails` is off."""
+        no_result = "0" if no_result_fails else "min(items_failed, max(0, items - returned))"
+        row = self._db.execute(
+            f"""SELECT count(*), COALESCE(sum(state={SUCCEEDED}), 0), COALESCE(sum(state={FAILED}), 0),
+                COALESCE(sum(reused_from IS NOT NULL), 0), COALESCE(sum(items), 0),
+                COALESCE(sum(CASE state WHEN {SUCCEEDED} THEN items_failed - {no_result}
+                                        WHEN {FAILED} THEN items ELSE 0 END), 0),
+                COALESCE(sum(CASE WHEN state={SUCCEEDED} THEN {no_result} ELSE 0 END), 0),
+                COALESCE(sum(CASE WHEN state={SUCCEEDED} THEN items - items_failed ELSE 0 END), 0),
+                COALESCE(sum(CASE WHEN state={SUCCEEDED} AND spool IS NOT NULL THEN returned ELSE 0 END), 0)
+            FROM mini_batches WHERE idx >= ? AND idx < ?""",
+            (first, end),
+        ).fetchone()
+        total, succeeded, failed, reused, items, items_failed, without_result, items_succeeded, rows = row
+        return dict(
+            mini_batches_total=total,
+            mini_batches_succeeded=succeeded,
+            mini_batches_failed=failed,
+            mini_batches_reused=reused,
+            mini_batches_run=succeeded + failed - reused,
+            items_total=items,
+            items_succeeded=items_succeeded,
+            items_failed=items_failed,
+            items_without_result=without_result,
+            rows_written=rows,
+        )
 
     def rows_written(self) -> int:
         """Rows in the output: what run() returned for every succeeded mini-batch that has a slice."""
@@ -120,6 +151,14 @@ class LedgerQueries:
             )
             for fp, spool, offset, length, returned, failed, items, origin in rows
         }
+
+    def first_error(self, first: int, end: int) -> str | None:
+        """The error of the first failed mini-batch from `first` to before `end` (one partition's)."""
+        row = self._db.execute(
+            f"SELECT error FROM mini_batches WHERE state={FAILED} AND idx >= ? AND idx < ? ORDER BY idx LIMIT 1",
+            (first, end),
+        ).fetchone()
+        return row[0] if row else None
 
     def fingerprints(self) -> list[str | None]:
         return [fingerprint_text(fp) for (fp,) in self._db.execute("SELECT fingerprint FROM mini_batches ORDER BY idx")]
