@@ -17,6 +17,7 @@ from airflow.sdk import Asset
 
 from ..config import ParallelRunConfig
 from ..report.lineage import input_locations, locate, output_location, run_facts
+from .partitions import partition_events, partition_output_folder
 
 
 def default_outlets(config: ParallelRunConfig, dag_id: str | None, task_id: str) -> list[Asset]:
@@ -34,19 +35,26 @@ def declare(operator: Any, config: ParallelRunConfig, outlets: Any, inlets: Any)
     """Give the operator its default outlets and inlets, unless the author set them (None: not set)."""
     if outlets is None and not operator.is_templated("output"):
         operator.outlets = default_outlets(config, operator.dag_id if operator.has_dag() else None, operator.task_id)
+    elif outlets is None and (folder := partition_output_folder(operator.output_folder)):
+        operator.outlets = [Asset(uri=locate(folder).uri)]  # the DAG run's partition goes on its event
     if inlets is None and not operator.is_templated("inputs"):
         operator.inlets = [Asset(uri=location.uri) for location in input_locations(config)]
 
 
 def record_events(operator: Any, context: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
-    """Put the run's facts in the extra of each outlet Asset's event (Airflow emits it when the task succeeds)."""
+    """Put the run's facts in the extra of each outlet Asset's event (Airflow emits it when the task succeeds);
+    a step over partitions emits an event per partition that succeeded, each one's facts under its key."""
     events = context.get("outlet_events")
     if events is None:
         return
     facts = run_facts(summary)
+    keys, by_key = partition_events(summary)
     for outlet in operator.outlets:
         if isinstance(outlet, Asset):
             events[outlet].extra.update(facts)
+            if keys:
+                events[outlet].extra["partitions"] = by_key
+                events[outlet].add_partitions(keys)
 
 
 class StepLineage:

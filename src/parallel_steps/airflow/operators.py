@@ -31,6 +31,7 @@ from ..report import key_figures
 from . import assets
 from .hooks import RayClusterHook
 from .links import RunReportLink
+from .partitions import add_partitions_check, check_partition_key, names_partition_key, unless_partly_failed
 from .storage import is_storage_path, with_connections
 from .task_log import TaskLog
 from .triggers import ParallelRunTrigger
@@ -143,7 +144,11 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
             setattr(self, attribute(field), value)
         self._cancel: Cancel | None = None
         self._follower: Follower | None = None  # the run, when its driver is a Ray job this task follows
+        # Before rendering: which fields' templates name the DAG run's partition (the run must have one).
+        self.partition_key_fields = [field for field, value in fields.items() if names_partition_key(value)]
         assets.declare(self, self._check_static(), outlets, inlets)
+        if fields["partitions"] is not None and self.has_dag():  # one task over many partitions
+            add_partitions_check(self, self.task_id.rsplit(".", 1)[-1])
 
     # Configuration ----------------------------------------------------------------------------
 
@@ -202,6 +207,7 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         self._cancel = Cancel()
+        check_partition_key(self.partition_key_fields, context)
         with self._airflow_errors(context):
             require_linux()
             config = self.build_config(context)
@@ -214,7 +220,8 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
             launcher = Launcher(config, run_dir=run_dir, run_id=run_id, entry_callables=self.entry_callables())
             if self.deferrable and not launcher.elsewhere:
                 self.log.info("deferrable: the driver runs in this task (submit_to: local), so the task does not defer")
-            summary = launcher.run(_OperatorHooks(self, config.name), self._cancel)
+            hooks = _OperatorHooks(self, config.name)
+            summary = unless_partly_failed(lambda: launcher.run(hooks, self._cancel), self.log, self.task_id)
         return self._succeeded(summary, context)
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -228,7 +235,7 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
         with self._airflow_errors(context):
             if self.ray_conn_id:
                 RayClusterHook(self.ray_conn_id).grant()  # the run's status may ask the cluster
-            summary = finished(run_status(event["run_dir"]))
+            summary = unless_partly_failed(lambda: finished(run_status(event["run_dir"])), self.log, self.task_id)
         return self._succeeded(summary, context)
 
     @contextlib.contextmanager
@@ -245,7 +252,8 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
             raise AirflowException(self._failure(exc.summary, context)) from None
 
     def _succeeded(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
-        """The task's result (XCom `return_value`) once the step succeeded, whichever way it ran."""
+        """The task's result (XCom `return_value`) once the step succeeded, whichever way it ran (or, over
+        partitions, once some succeeded: airflow/partitions.py)."""
         self._log_result(summary)
         self._record(summary, context)
         return dict(summary)
