@@ -6,11 +6,19 @@ driver cannot change any of them, so a run that meets one ends Failed with `writ
 names the path, the cause and what to do; the records written after that (the ledger's status, logs,
 run.json, the report) are written where they still can be (`where_it_fits`). SQLite keeps the ledger
 whole on its own: a commit it cannot write rolls back, so what the ledger committed stands for the rerun.
-A worker's spool tells only a full disk apart (`out_of_space`); its other errors fail the attempt.
+A worker's spool stops the run the same way (`refused_write` carries its error to the driver).
+
+Every place a run writes calls `write_site(name, path)` just before it writes: `WRITE_SITES` lists them, and
+the fault matrix (tests/core/test_write_faults.py) fails each in turn through the failpoint
+`PARALLEL_STEPS_FAULT=<site>:<ERRNO>[:<nth>]` (e.g. `run_index:ENOSPC:4`): from that site's nth write on
+(default the first), in every process of the run, the site raises `OSError(ERRNO, strerror, path)`, as a disk
+that is full, failing or read-only would, until the variable is gone. Read once, at import: unset, a site
+costs one comparison.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
@@ -18,7 +26,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FREE = "free some space there"
 _WRITABLE = "make it writable, or choose another folder"
 #: What each refused write is, and what to do about it.
@@ -34,14 +41,51 @@ _CAUSES = {
 _SQLITE_CAUSES = {13: errno.ENOSPC, 10: errno.EIO, 8: errno.EROFS, 3: errno.EACCES}  # FULL, IOERR, READONLY, PERM
 
 
-def out_of_space(exc: BaseException) -> bool:
-    """Whether `exc` says the disk (or the user's quota) is full: an OSError, or SQLite's SQLITE_FULL."""
-    if isinstance(exc, OSError):
-        return exc.errno in _FULL_ERRNOS
-    sqlite3 = sys.modules.get("sqlite3")  # loaded wherever a SQLite error can be; a worker's own code does not load it
-    if sqlite3 is not None and isinstance(exc, sqlite3.Error):
-        return bool(getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL)
-    return False
+#: Every write site of a run: name -> what is written there. A new site needs a name here, a case in
+#: tests/core/test_write_faults.py and a row in docs/reliability.md ("Where a run writes"): a test checks all three.
+WRITE_SITES = {
+    "run_index": "<run root>/index.sqlite: the run's row (opened, registered, keyed, ended, mended)",
+    "key_lock": "<run root>/locks/<key>.lock: the lock of a step on its inputs",
+    "driver_lock": "<run>/driver.lock: the run's one driver, named",
+    "ledger": "<run>/ledger.sqlite: the plan and every outcome, at each commit",
+    "spool": "<run>/parts/<worker>.*: a worker's result slices (in the worker)",
+    "driver_logs": "<run>/logs/sys/: processed_mini-batches.csv and events.jsonl, at each flush",
+    "progress": "<run>/logs/job_progress_overview.txt and logs/sys/job_report/progress.json",
+    "error_summary": "<run>/logs/user/error.txt: the distinct script errors",
+    "run_summary": "<run>/run.json: the run's summary (when it starts and ends)",
+    "report": "<run>/logs/report.html",
+    "job_result": "<run>/logs/job_result.txt",
+    "output": "the output file, assembled from the spools (append_row)",
+    "upload": "the output folder, copied to an output URL",
+    "side_input_copy": "$TMPDIR/parallel_steps/side_inputs/: a copy of a side input named by a URL (in the worker)",
+    "detached": "<run>/step.json, entry_callables.pkl, driver.log: a detached run's configuration and log",
+}
+
+
+def _failpoint(text: str | None) -> tuple[str, int, int] | None:
+    """(site, errno, nth) from `PARALLEL_STEPS_FAULT`; None when unset. A value that names no site or no errno
+    stops at once: a fault test that injects nothing would pass for the wrong reason."""
+    if not text:
+        return None
+    site, name, nth = [*text.split(":"), "1", ""][:3]
+    code = getattr(errno, name, None)
+    if site not in WRITE_SITES or not isinstance(code, int) or not nth.isdigit():
+        raise ValueError(f"PARALLEL_STEPS_FAULT={text}: not <site>:<ERRNO>[:<nth>] with a site of {list(WRITE_SITES)}")
+    return site, code, int(nth)
+
+
+_FAULT = _failpoint(os.environ.get("PARALLEL_STEPS_FAULT"))
+_hits: collections.Counter[str] = collections.Counter()
+
+
+def write_site(name: str, path: str | os.PathLike[str]) -> None:
+    """Called just before a run writes at site `name` (one of `WRITE_SITES`) to `path`: raises the failpoint's
+    error there, from its nth write on; else nothing."""
+    if _FAULT is None or _FAULT[0] != name:
+        return
+    _hits[name] += 1
+    if _hits[name] >= _FAULT[2]:
+        raise OSError(_FAULT[1], os.strerror(_FAULT[1]), str(path))
 
 
 def cannot_write(exc: BaseException) -> bool:
@@ -59,9 +103,10 @@ def _errno_of(exc: BaseException) -> int | None:
     return None
 
 
-def disk_full(path: str) -> OSError:
-    """The error of a full disk another process met (a worker writing its spool), raised where the run stops."""
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+def refused_write(code: int, path: str) -> OSError:
+    """The refused write another process met (a worker writing its spool: `code` its errno), raised where the run
+    stops."""
+    return OSError(code, os.strerror(code), path)
 
 
 def write_failed_line(exc: BaseException, run_dir: Path) -> str:

@@ -1,5 +1,6 @@
 """A write the disk refuses, in one line: which errors are such (full, quota, I/O error, read-only, no
-permission; OSError or SQLite's), and what the line says of each: the path, the cause, what to do."""
+permission; OSError or SQLite's), and what the line says of each: the path, the cause, what to do. And the
+fault matrix's seam: `write_site` and the failpoint `PARALLEL_STEPS_FAULT` it reads."""
 
 import errno
 import os
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from parallel_steps.store.space import cannot_write, out_of_space, write_cause, write_failed_line
+from parallel_steps.store import space
+from parallel_steps.store.space import cannot_write, write_cause, write_failed_line, write_site
 
 RUN_DIR = Path("/runs/r1")
 
@@ -40,8 +42,40 @@ def test_sqlite_errors_are_told_by_their_primary_code():
     assert write_failed_line(io_error, RUN_DIR).startswith("/runs/r1: an I/O error")  # SQLite names no file
 
 
-def test_other_errors_are_not_refused_writes_and_a_spool_tells_only_a_full_disk_apart():
+def test_other_errors_are_not_refused_writes():
     assert not cannot_write(OSError(errno.ENOENT, "No such file or directory", "/x"))
     assert not cannot_write(ValueError("bad value"))
-    assert out_of_space(OSError(errno.ENOSPC, "full"))
-    assert not out_of_space(OSError(errno.EIO, "I/O error"))
+
+
+@pytest.fixture
+def failpoint(monkeypatch):
+    """`failpoint(text)`: the seam as if PARALLEL_STEPS_FAULT=text had been set when it was imported."""
+
+    def set_to(text: str | None) -> None:
+        monkeypatch.setattr(space, "_FAULT", space._failpoint(text))
+        monkeypatch.setattr(space, "_hits", space.collections.Counter())
+
+    return set_to
+
+
+def test_a_site_refuses_from_its_nth_write_on_and_other_sites_write(failpoint):
+    failpoint("ledger:EIO:2")
+    write_site("ledger", "/runs/r1/ledger.sqlite")  # the first write goes through
+    write_site("spool", "/runs/r1/parts/p")
+    for _ in range(2):  # the second and every one after: a disk does not mend itself
+        with pytest.raises(OSError) as refused:
+            write_site("ledger", "/runs/r1/ledger.sqlite")
+        assert (refused.value.errno, refused.value.filename) == (errno.EIO, "/runs/r1/ledger.sqlite")
+        assert write_failed_line(refused.value, RUN_DIR).startswith("/runs/r1/ledger.sqlite: an I/O error (")
+
+
+def test_without_the_variable_no_site_refuses(failpoint):
+    failpoint(None)
+    for site in space.WRITE_SITES:
+        write_site(site, "/x")
+
+
+@pytest.mark.parametrize("text", ["ledgr:ENOSPC", "ledger:ENOSPACE", "ledger:EIO:first", "ledger"])
+def test_a_failpoint_naming_no_site_or_no_errno_stops_at_once(text):
+    with pytest.raises(ValueError, match="PARALLEL_STEPS_FAULT="):
+        space._failpoint(text)
