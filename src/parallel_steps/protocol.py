@@ -96,7 +96,7 @@ class Outcome:
     duration: float = 0.0
     fingerprint: str | None = None  # of the files as read, when the plan left it to the worker
     checks: bytes | None = None  # with a check of each file's size and mtime (or hash), for the ledger
-    no_space: str | None = None  # the file its rows could not be written to for lack of space: the run stops
+    refused_write: tuple[int, str] | None = None  # (errno, spool) the disk refused its rows: the run stops
     input_s: float = 0.0  # of `duration`, the time spent waiting for the input (read, or its read ahead ending)
     row_errors: int = 0  # rows returned with a non-null `error` (worker/row_errors.py): failed items, not a failure
     timed_out: bool = False  # the worker cancelled an `async def run` that passed its run() timeout
@@ -113,7 +113,7 @@ class Outcome:
             self.duration,
             self.fingerprint,
             self.checks,
-            self.no_space,
+            self.refused_write,
             self.input_s,
             self.row_errors,
             self.timed_out,

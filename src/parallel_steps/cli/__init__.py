@@ -3,7 +3,8 @@
     run.py     run, plan              jobs/handle.py   status, wait, cancel, logs, runs, clean
     node.py    node (every node of a multi-node job)     common.py  what they share
 
-Exit status: 0 the run succeeded (or was reused), 1 it failed or was canceled,
+Exit status: 0 the run succeeded (or was reused), 1 it failed or was canceled, or the disk refused a write
+(one line naming the path, the cause and what to do),
 2 invalid configuration or usage (one line naming the field or file).
 """
 
@@ -16,8 +17,10 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
+from ..config.types import default_run_root
 from ..errors import ParallelStepsError, first_line
 from ..host import end_process, require_linux
+from ..store.space import cannot_write, write_failed_line
 from ..version import __version__
 
 
@@ -58,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     except ParallelStepsError as exc:
         print(f"parallel-steps: {first_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a write the disk refused before the run had a summary to end with (store/space.py)
+        if not cannot_write(exc):
+            raise
+        print(f"parallel-steps: {write_failed_line(exc, default_run_root())}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("parallel-steps: interrupted", file=sys.stderr)
         return 1

@@ -34,7 +34,7 @@ from ..protocol import (
     WorkerInfo,
 )
 from ..store.ledger import Ledger
-from ..store.space import disk_full
+from ..store.space import refused_write
 from ..summary import Counters, RunStatus, RunSummary, snapshot
 from .cancel import CancelWatch
 from .depth import QueueDepth
@@ -224,8 +224,8 @@ class Driver:
             current = next(a for a in queued if a.mini_batch.index == event.mini_batch)
             queued.remove(current)
         outcome = event.outcome
-        if outcome.no_space:  # the worker's disk is full: a retry cannot make space
-            raise disk_full(outcome.no_space)
+        if outcome.refused_write:  # the worker's disk refused its rows: a retry cannot make space, nor mend a disk
+            raise refused_write(*outcome.refused_write)
         items = outcome.items if outcome.items is not None else current.items
         current.started = outcome.started
         self.worker_time.attempt(event.worker.id, outcome.started, outcome.duration, outcome.input_s)

@@ -33,6 +33,7 @@ from ..store.runs import (
     read_summary,
     write_summary,
 )
+from ..store.space import write_site
 from ..summary import RunSummary
 
 #: The environment variable through which a detached run gets the fields step.json holds masked
@@ -47,6 +48,7 @@ def start(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables
     """Start the driver as a process on this machine that outlives the caller (its output: driver.log)."""
     prepare(config, run_dir, run_id, entry_callables)
     env = {**os.environ, ENVIRONMENT_VARIABLE: json.dumps(secret_fields(config))}
+    write_site("detached", run_dir / "driver.log")
     with open(run_dir / "driver.log", "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "parallel_steps.jobs.detached", str(run_dir), run_id],
@@ -62,6 +64,7 @@ def start(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables
 def prepare(config: ParallelRunConfig, run_dir: Path, run_id: str, entry_callables: bytes | None) -> None:
     """What a detached driver reads in its run directory: the step (secrets masked), the entry functions
     (if any) and a queued summary."""
+    write_site("detached", run_dir / STEP_FILE)
     (run_dir / STEP_FILE).write_text(json.dumps(public_config(config)))
     callables = run_dir / CALLABLES_FILE
     if entry_callables is None:

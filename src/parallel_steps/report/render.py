@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store.attempts import Attempts
-from ..store.space import cannot_write
+from ..store.space import cannot_write, write_cause, write_site
 from ..version import __version__
 from .data import MAX_BARS, error_groups, page_data
 from .page import page, seconds
@@ -57,15 +57,21 @@ def write_report(
 
 
 def write_run_report(run_dir: Path, summary: Mapping[str, Any], attempts: Attempts, log: logging.Logger) -> str | None:
-    """The report written at the end of a run, from the attempts its driver recorded: one that cannot be
-    written is logged, never fails the run; a write the disk refuses is raised (it fails the run, as for the run's
-    other records: store/space.py)."""
+    """The report written at the end of a run, from the attempts its driver recorded: bookkeeping, so one that
+    cannot be written never fails the run. A write the disk refuses is one warning line naming the page, the cause
+    and how to write it later (store/space.py); any other error is logged with its traceback."""
     try:
         path = write_report(run_dir, summary, attempts=attempts)
     except Exception as exc:
-        if cannot_write(exc):
-            raise
-        log.exception("the run report could not be written")
+        if not cannot_write(exc):
+            log.exception("the run report could not be written")
+            return None
+        logging.getLogger(__name__).warning(  # where the run's one line is told (stderr, the task log), not its log
+            "%s: %s; the report was not written (the run's result stands; `parallel-steps report %s` writes it)",
+            getattr(exc, "filename", None) or default_path(run_dir),
+            write_cause(exc),
+            run_dir,
+        )
         return None
     log.info("report: %s", path)
     return str(path)
@@ -99,6 +105,7 @@ def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
+        write_site("report", path)
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:

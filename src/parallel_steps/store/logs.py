@@ -24,6 +24,7 @@ from ..protocol import WorkerInfo
 from ..protocol import WorkerLogPaths as WorkerLogPaths  # carried to workers; laid out here
 from ..summary import timestamp
 from .attempts import AttemptLog
+from .space import write_site
 
 #: `started` is for people (to the second); `start_time` is the same instant in Unix seconds (timelines).
 PROCESSED_COLUMNS = [
@@ -171,12 +172,14 @@ class RunLogs:
         self._events_file.write(json.dumps(event, default=str) + "\n")
 
     def flush(self) -> None:
+        write_site("driver_logs", self.processed)
         for file in (self._processed_file, self._events_file):
             if file:
                 file.flush()
 
     def write_progress(self, text: str, snapshot: Mapping[str, Any]) -> None:
         """The progress overview for people, and the snapshot it is made of for `status` from another process."""
+        write_site("progress", self.progress_overview)
         _write_atomic(self.progress_overview, text)
         _write_atomic(self.progress_snapshot, json.dumps(snapshot, default=str))
 
@@ -200,9 +203,11 @@ class RunLogs:
                 "",
                 "Rerun the same step to resume: finished mini-batches are reused, only the rest run again.",
             ]
+        write_site("job_result", self.job_result)
         _write_atomic(self.job_result, "\n".join(lines) + "\n")
 
     def write_error_summary(self, text: str) -> None:
+        write_site("error_summary", self.error_summary)
         _write_atomic(self.error_summary, text)
 
     def close(self, logger: logging.Logger | None = None) -> None:

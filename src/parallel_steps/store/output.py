@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..protocol import Part as Part  # carried in outcomes; written and read here
+from .space import write_site
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,6 +115,7 @@ class Spool:
         if self._deflate is not None:
             data = self._deflate.compress(data) + self._deflate.flush(zlib.Z_FULL_FLUSH)
         offset = self._file.tell()
+        write_site("spool", self.path)
         self._file.write(data)
         return Part(self.path, offset, len(data))
 
@@ -246,6 +248,7 @@ def assemble(parts: Iterable[Part], target: Path, fmt: str, check: Callable[[], 
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     reader = _SliceReader(check)
     try:
+        write_site("output", target)
         if fmt == "parquet":
             _assemble_parquet(list(parts), tmp, reader)
         elif fmt == "csv":

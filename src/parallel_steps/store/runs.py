@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from ..errors import InputError, ParallelStepsError
 from ..summary import RunStatus
+from .space import where_it_fits, write_site
 
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 CANCEL_FILE = "cancel.requested"  # in a run directory: the driver stops the run when it appears
@@ -64,6 +65,7 @@ class RunIndex:
         self.root = Path(run_root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "index.sqlite"
+        write_site("run_index", self.path)
         self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         _use_wal(self._db)
         self._db.executescript(_SCHEMA)
@@ -81,6 +83,7 @@ class RunIndex:
         step_key: str | None = None,
         pid: int | None = None,
     ) -> None:
+        write_site("run_index", self.path)
         self._db.execute(
             "INSERT INTO runs (run_id, name, run_dir, status, code_key, step_key, started_at, pid, host)"
             " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
@@ -102,11 +105,12 @@ class RunIndex:
     def update(self, run_id: str, **fields: Any) -> None:
         if "summary" in fields:
             fields["summary"] = json.dumps(fields["summary"])
+        write_site("run_index", self.path)
         sets = ", ".join(f"{k}=?" for k in fields)
         self._db.execute(f"UPDATE runs SET {sets} WHERE run_id=?", (*fields.values(), run_id))
 
     def get(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._select("WHERE run_id=?", (run_id,))
+        rows = self._mended(self._select("WHERE run_id=?", (run_id,)))
         return rows[0] if rows else None
 
     def succeeded_with_step_key(self, step_key: str) -> dict[str, Any] | None:
@@ -119,11 +123,28 @@ class RunIndex:
 
     def runs(self, name: str | None = None) -> list[dict[str, Any]]:
         if name:
-            return self._select("WHERE name=? ORDER BY started_at", (name,))
-        return self._select("ORDER BY started_at", ())
+            return self._mended(self._select("WHERE name=? ORDER BY started_at", (name,)))
+        return self._mended(self._select("ORDER BY started_at", ()))
 
     def remove(self, run_id: str) -> None:
+        write_site("run_index", self.path)
         self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+
+    def _mended(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`records`, those the index missed the end of mended from their run.json: a row still active whose driver
+        is gone while its run.json says the run ended (the disk refused the index that end: store/space.py).
+        Written back where the disk now allows; read as mended either way."""
+        for record in records:
+            if record["status"] not in ACTIVE or driver_alive(record):
+                continue
+            summary = read_summary(Path(record["run_dir"]))
+            if summary is None or summary.get("status") in ACTIVE or summary.get("run_id") != record["run_id"]:
+                continue
+            ended_at = (Path(record["run_dir"]) / "run.json").stat().st_mtime
+            record.update(status=summary["status"], ended_at=ended_at, summary=json.dumps(summary))
+            with where_it_fits():
+                self.update(record["run_id"], status=summary["status"], ended_at=ended_at, summary=summary)
+        return records
 
     def _select(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         cursor = self._db.execute(f"SELECT * FROM runs {where}", args)
@@ -152,8 +173,10 @@ def key_lock(run_root: Path, key: str, timeout: float, check: Callable[[], None]
     An flock, so a killed holder releases it with its last file descriptor.
     """
     folder = Path(run_root) / "locks"
+    path = folder / f"{key[:32]}.lock"
+    write_site("key_lock", path)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{key[:32]}.lock", "w") as file:
+    with open(path, "w") as file:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -181,6 +204,7 @@ def hold_driver_lock(run_dir: Path) -> IO[str]:
     on a shared file system that locks across clients (NFSv4, CephFS, Lustre mounted with
     flock) a driver on another machine (a Ray job, a worker's retry) holds it too.
     """
+    write_site("driver_lock", Path(run_dir) / DRIVER_LOCK)
     file = open(Path(run_dir) / DRIVER_LOCK, "a+")  # held open as long as the driver runs
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -208,6 +232,7 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     path = Path(run_dir) / "run.json"
     tmp = path.with_name(".run.json.tmp")
+    write_site("run_summary", path)
     tmp.write_text(json.dumps(summary, indent=2, default=str))
     os.replace(tmp, path)
 

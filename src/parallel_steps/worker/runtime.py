@@ -28,7 +28,7 @@ from ..masking import mask_urls
 from ..protocol import Outcome, WorkerSpec
 from ..store.logs import error_section, journal_line, mini_batch_tag, timed_out_detail
 from ..store.output import Spool, count_rows, row_errors, spool_path
-from ..store.space import disk_full, out_of_space, where_it_fits
+from ..store.space import cannot_write, refused_write, where_it_fits
 from . import entry_script
 from .context import MiniBatchContext, wants_context
 from .downloads import Downloads
@@ -163,9 +163,9 @@ class WorkerRuntime:
             try:
                 outcome.part = self._spool.append(result, self.spec.output_format)
             except OSError as exc:
-                if not out_of_space(exc):
+                if not cannot_write(exc):
                     raise
-                _not_written(outcome, self._spool.path)
+                _not_written(outcome, exc, self._spool.path)
         return outcome
 
     def _failed(self, attempt: _Attempt, exc: BaseException, how: str = "failed") -> Outcome:
@@ -190,16 +190,16 @@ class WorkerRuntime:
     def flush(self, outcomes: Iterable[Outcome] = ()) -> None:
         """Make what the reported `outcomes` point at readable: their output slices and log lines.
         Once per batch of results, not per mini-batch: a write per mini-batch is the hot path's cost.
-        When the disk is too full for the spool, the outcomes with rows fail instead (`_not_written`)."""
+        When the disk refuses the spool's write, the outcomes with rows fail instead (`_not_written`)."""
         if self._spool:
             try:
                 self._spool.flush()
             except OSError as exc:
-                if not out_of_space(exc):
+                if not cannot_write(exc):
                     raise
                 for outcome in outcomes:
                     if outcome.part is not None:
-                        _not_written(outcome, self._spool.path)
+                        _not_written(outcome, exc, self._spool.path)
         for stream in (self._journal, sys.stdout, sys.stderr):
             if stream:
                 try:
@@ -342,11 +342,11 @@ def _script_context(spec: WorkerSpec) -> entry_script.WorkerContext:
     )
 
 
-def _not_written(outcome: Outcome, spool: str) -> None:
-    """An attempt whose rows the spool could not write for lack of space fails, naming the spool; the
-    driver then stops the run (a retry cannot make space)."""
-    outcome.ok, outcome.part, outcome.no_space = False, None, spool
-    outcome.error = str(disk_full(spool))
+def _not_written(outcome: Outcome, exc: OSError, spool: str) -> None:
+    """An attempt whose rows the spool could not write (a full disk, an I/O error, a read-only folder) fails,
+    naming the spool; the driver then stops the run (a retry cannot make space, nor mend a disk)."""
+    outcome.ok, outcome.part, outcome.refused_write = False, None, (exc.errno or 0, spool)
+    outcome.error = str(refused_write(exc.errno or 0, spool))
 
 
 class InitError(Exception):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..protocol import WorkerSpec
 from ..storage.objects import is_url
+from ..store.space import cannot_write, write_failed_line, write_site
 
 _MODELS = ".models"  # models' copies beside side inputs' (no side input name starts with a dot)
 _DOWNLOADS = ".downloads"  # Ray actors' copies of files named by URLs, a folder each
@@ -47,7 +48,19 @@ def _copies(entries: dict[str, str], root: Path, copy_paths: bool) -> dict[str, 
         return {}
     from ..storage.fetch import copy_once
 
-    return {name: copy_once(path, root / name) for name, path in wanted.items()}
+    copies = {}
+    for name, path in wanted.items():
+        write_site("side_input_copy", root / name)
+        copies[name] = copy_once(path, root / name)
+    return copies
+
+
+def copy_failure(exc: Exception) -> str:
+    """Why the side inputs could not be copied, in one line: a write the disk refused names the path, the cause
+    and what to do (store/space.py)."""
+    if cannot_write(exc):
+        return write_failed_line(exc, side_inputs_dir())
+    return f"{type(exc).__name__}: {exc}"
 
 
 def side_inputs_dir() -> Path:

@@ -24,7 +24,7 @@ from ...host import end_process
 from ...inputs.minibatch import MiniBatch
 from ...protocol import RunAttempts, StopWorker, ToWorker, WorkerInitFailed, WorkerReady
 from ...worker.runtime import InitError, WorkerRuntime
-from ...worker.side_inputs import localize_side_inputs
+from ...worker.side_inputs import copy_failure, localize_side_inputs
 from .frames import WorkerEnd
 from .marker import Marker
 from .outbox import Outbox
@@ -49,7 +49,7 @@ def main(fd: int, parent_pid: int, marker_fd: int) -> int:
     try:
         spec = localize_side_inputs(spec, copy_paths=False)  # local paths are read in place
     except Exception as exc:
-        conn.send(WorkerInitFailed(f"side inputs could not be copied: {type(exc).__name__}: {exc}", os.getpid()))
+        conn.send(WorkerInitFailed(f"side inputs could not be copied: {copy_failure(exc)}", os.getpid()))
         return 3
     runtime = WorkerRuntime(spec, hang_timeout_hook=lambda seconds: outbox.hang_timeout(seconds))
     outbox = Outbox(conn, runtime.flush)

@@ -26,7 +26,7 @@ from ...inputs.minibatch import MiniBatch
 from ...protocol import ActorPost, Outcome, WorkerEnded, WorkerInitFailed, WorkerLogPaths, WorkerReady, WorkerSpec
 from ...worker.downloads import FOLDER_VARIABLE
 from ...worker.runtime import InitError, WorkerRuntime
-from ...worker.side_inputs import downloads_folder, localize_side_inputs, remove_copies
+from ...worker.side_inputs import copy_failure, downloads_folder, localize_side_inputs, remove_copies
 from .ends import FileEnds, MailboxEnds, ends_for
 from .watch import Watch, arm_dump
 
@@ -70,7 +70,7 @@ class ParallelStepsWorker:
         try:
             spec = localize_side_inputs(self._spec, copy_paths=True)  # nodes may not share a filesystem
         except Exception as exc:
-            error = f"side inputs could not be copied to this node: {type(exc).__name__}: {exc}"
+            error = f"side inputs could not be copied to this node: {copy_failure(exc)}"
             return WorkerInitFailed(error, os.getpid(), gpu)
         os.environ[FOLDER_VARIABLE] = str(downloads_folder(spec))  # made when first needed; removed with the run
         self._dump_file = open(spec.logs.error, "a", encoding="utf-8")

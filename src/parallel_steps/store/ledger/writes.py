@@ -26,6 +26,7 @@ from ...errors import InputError
 from ...inputs.members import EarlierBatch
 from ...inputs.minibatch import MiniBatch
 from ..output import Part
+from ..space import write_site
 from .members import MEMBERS_SCHEMA, MemberWriter
 from .queries import FAILED, PLAN_COMPLETE, SUCCEEDED, LedgerQueries, fingerprint_blob
 
@@ -169,6 +170,7 @@ class Ledger(LedgerQueries):
         if self._successes:
             self._db.executemany(_SUCCEED, self._successes)
             self._successes = []
+        write_site("ledger", self.path)
         self._db.commit()
 
     def rollback(self) -> None:
