@@ -188,3 +188,29 @@ def test_plan_lists_the_store_with_the_steps_storage_options(store, make_files):
     plan = json.loads(result.stdout)
     assert (plan["mini_batches"], plan["items"]) == (3, 25)
     assert plan["first"][0]["source"] == f"{inputs}/f0000.txt .. f0009.txt (10 files)"
+
+
+def test_partitions_in_the_store_are_found_by_a_glob_and_each_uploaded_to_its_folder(tmp_path, store, write_script):
+    for day in ("2026-01-01", "2026-01-02", "2026-02-01"):
+        (tmp_path / "days" / day).mkdir(parents=True)
+        for n in range(3):
+            (tmp_path / "days" / day / f"f{n}.txt").write_text(f"{day}/{n}\n")
+    days = store.put(tmp_path / "days", "days")
+    write_script("def run(mini_batch):\n    return [open(path).read().strip() for path in mini_batch]\n")
+    scores = store.url("scores")
+    config = ParallelRunConfig(
+        entry_script="score.py",
+        inputs=[f"{days}/{{partition}}/"],
+        partitions=["2026-01-*"],
+        mini_batch_size=2,
+        output=scores,
+        storage_options=store.storage_options(),
+    )
+
+    summary = run_step(config)
+
+    assert list(summary["partitions"]) == ["2026-01-01", "2026-01-02"]
+    for day, facts in summary["partitions"].items():
+        assert facts["output_file"] == f"{scores}/{day}/parallel_run_step.txt"
+        assert store.read_bytes(facts["output_file"]).decode().splitlines() == [f"{day}/{n}" for n in range(3)]
+    assert not [url for url in store.listing(scores) if "2026-02-01" in url or ".partial" in url]

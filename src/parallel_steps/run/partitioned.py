@@ -58,7 +58,6 @@ def failure_reason(results: dict[str, dict[str, Any]], failed: list[str]) -> str
     """One line: how many partitions failed, the first few with their reason; the others' outputs stand."""
     shown = "; ".join(f"{key}: {results[key]['status_reason']}" for key in failed[:3])
     more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
-    return (
-        f"{len(failed)} of {len(results)} partitions failed ({shown}{more}); "
-        f"the outputs of the {len(results) - len(failed)} others are written"
-    )
+    others = len(results) - len(failed)
+    written = f"the outputs of the {others} others are written" if others else "no output is written"
+    return f"{len(failed)} of {len(results)} partitions failed ({shown}{more}); {written}"
