@@ -17,7 +17,6 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-from ..config.types import default_run_root
 from ..errors import ParallelStepsError, first_line
 from ..host import end_process, require_linux
 from ..store.space import cannot_write, write_failed_line
@@ -41,6 +40,7 @@ def _without_pydantic_plugins() -> Iterator[None]:
 
 
 with _without_pydantic_plugins():
+    from ..config.types import default_run_root
     from . import jobs, run
     from .common import split_script_args
 
