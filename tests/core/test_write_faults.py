@@ -52,7 +52,7 @@ SIDE_INPUT = ("--side-inputs", '{"lut": "file://SIDE"}')
 CASES = {
     "run_index-open": Case("run_index", 1, "stops", "runs/index.sqlite"),
     "run_index-register": Case("run_index", 2, "stops", "runs/index.sqlite"),
-    "run_index-end": Case("run_index", 4, "bookkeeping", "runs/index.sqlite"),
+    "run_index-end": Case("run_index", 3, "bookkeeping", "runs/index.sqlite"),  # with the run's step key
     "key_lock": Case("key_lock", 1, "stops", "runs/locks/"),
     "driver_lock": Case("driver_lock", 1, "stops", "run/driver.lock"),
     "ledger": Case("ledger", 1, "fails", "run/ledger.sqlite"),
@@ -65,19 +65,16 @@ CASES = {
     "report": Case("report", 1, "bookkeeping", "run/logs/report.html"),
     "job_result": Case("job_result", 1, "fails", "run/logs/job_result.txt"),
     "output": Case("output", 1, "fails", "run/output/parallel_run_step.txt"),
+    "upload": Case("upload", 1, "fails", "file://TMP/uploaded", ("--output", "file://TMP/uploaded")),
     "side_input_copy": Case("side_input_copy", 1, "fails", "tmp/parallel_steps/side_inputs/", SIDE_INPUT),
     "detached": Case("detached", 1, "stops", "run/step.json", ("--detach",)),
 }
-#: Known gaps, each a strict xfail that turns into a failure once mended: the run index's step key, written with
-#: the run's records, fails the run (run/step.py `_write_records` treats it as a record, not as bookkeeping).
-GAPS = {"run_index-key": Case("run_index", 3, "bookkeeping", "runs/index.sqlite")}
 
 
 def params():
-    gap = pytest.mark.xfail(strict=True, reason="run/step.py fails the run when the index refuses its step key")
-    for name, case in [*CASES.items(), *GAPS.items()]:
+    for name, case in CASES.items():
         for fault in FAULTS:
-            yield pytest.param(case, fault, id=f"{name}-{fault}", marks=[gap] if name in GAPS else [])
+            yield pytest.param(case, fault, id=f"{name}-{fault}")
 
 
 @pytest.fixture
@@ -89,7 +86,7 @@ def step(tmp_path, make_files, write_script):
     (tmp_path / "tmp").mkdir()
 
     def run(case: Case, fault: str | None = None):
-        options = [option.replace("SIDE", str(tmp_path / "side.txt")) for option in case.options]
+        options = [o.replace("SIDE", str(tmp_path / "side.txt")).replace("TMP", str(tmp_path)) for o in case.options]
         env = {"TMPDIR": str(tmp_path / "tmp")}
         if fault:
             env["PARALLEL_STEPS_FAULT"] = f"{case.site}:{fault}:{case.nth}"
@@ -106,7 +103,7 @@ def test_a_refused_write_ends_in_one_line_and_a_rerun_resumes(tmp_path, step, ca
     done = step(case, fault)
     told = done.stdout + done.stderr
     assert "Traceback" not in told, told
-    where = str(tmp_path / case.where)
+    where = case.where.replace("TMP", str(tmp_path)) if "://" in case.where else str(tmp_path / case.where)
     cause = write_cause(OSError(getattr(errno, fault), ""))
     if case.ends == "bookkeeping":
         assert done.returncode == 0, told

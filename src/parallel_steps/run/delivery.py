@@ -15,6 +15,7 @@ from ..masking import mask_urls
 from ..storage.objects import upload
 from ..store.output import assemble, spool_format
 from ..store.rundir import RunDirectory
+from ..store.space import write_site
 from ..summary import RunStatus
 from .partitioned import Span, failed_partitions, failure_reason, partition_facts, partition_results
 from .reuse import output_file_url
@@ -78,6 +79,7 @@ def _output_file(
         rows, size = run.ledger.rows_written(), target.stat().st_size
         log.info("output assembled: %s", target)
     if run.output_url:  # the output file last: once it is there, so is everything the script wrote
+        write_site("upload", mask_urls(run.output_url))
         upload(run.output_dir, run.output_url, last=config.append_row_file_name, check=check)
         log.info("output uploaded to %s", mask_urls(run.output_url))
     return output_file, rows, size

@@ -314,8 +314,9 @@ class _StepRun:
     def _finish(self, index: RunIndex, summary: RunSummary) -> None:
         """The run's records (ledger, report, run.json, job_result.txt), then its row in the index. A disk
         that fills now fails the run in one line; what still fits of the records is written."""
+        key = None
         try:
-            self._write_records(index, summary)
+            key = self._write_records(summary)
         except Exception as exc:
             if not cannot_write(exc):
                 raise
@@ -324,13 +325,12 @@ class _StepRun:
             _records_lost(self.run, summary)
         with where_it_fits():
             self.run.logs.close(self.log)
-        _record_end(index, self.run.run_id, summary)
+        _record_end(index, self.run.run_id, summary, key)
 
-    def _write_records(self, index: RunIndex, summary: RunSummary) -> None:
-        run, logs = self.run, self.run.logs
-        fingerprints = run.ledger.fingerprints()
-        if summary.status == RunStatus.SUCCEEDED and all(fingerprints):  # whole-step reuse finds it by this key
-            index.update(run.run_id, step_key=step_key(self.code, fingerprints))
+    def _write_records(self, summary: RunSummary) -> str | None:
+        """The run's own records; returns the step key whole-step reuse finds it by (None: not to be reused)."""
+        run, logs, fingerprints = self.run, self.run.logs, self.run.ledger.fingerprints()
+        key = step_key(self.code, fingerprints) if summary.status == RunStatus.SUCCEEDED and all(fingerprints) else None
         run.ledger.set(status=summary.status.value)
         run.ledger.close()
         logs.flush()  # the report reads the attempts and events
@@ -340,6 +340,7 @@ class _StepRun:
         if not logs.error_summary.exists():
             logs.write_error_summary("No errors.\n")
         self.log.info("%s: %s", summary.status, summary.status_reason)
+        return key
 
 
 def _cut_off(pool: WorkerPool, grace: float, log: logging.Logger, report: Reporter) -> list[str]:
@@ -350,11 +351,13 @@ def _cut_off(pool: WorkerPool, grace: float, log: logging.Logger, report: Report
     return pool.shutdown_cut_off
 
 
-def _record_end(index: RunIndex, run_id: str, summary: RunSummary) -> None:
-    """The run's row in the index, at its end. Bookkeeping: a disk that refuses it leaves the run's result as it
-    is (in its run.json, which whoever reads the run's state looks at first), and says so in one line."""
+def _record_end(index: RunIndex, run_id: str, summary: RunSummary, key: str | None) -> None:
+    """The run's row in the index, at its end, with its step key. Bookkeeping: a disk that refuses it leaves the
+    run's result as it is (in its run.json, which whoever reads the run's state looks at first; the next command
+    that reads the index mends the row from it), and says so in one line; the run is then not reused whole."""
+    keyed = {"step_key": key} if key else {}
     try:
-        index.update(run_id, status=summary.status.value, ended_at=time.time(), summary=summary)
+        index.update(run_id, status=summary.status.value, ended_at=time.time(), summary=summary, **keyed)
     except Exception as exc:
         if not cannot_write(exc):
             raise

@@ -55,7 +55,8 @@ WRITE_SITES = {
     "run_summary": "<run>/run.json: the run's summary (when it starts and ends)",
     "report": "<run>/logs/report.html",
     "job_result": "<run>/logs/job_result.txt",
-    "output": "the output file, assembled from the spools (append_row)",
+    "output": "the output file, assembled from the spools (append_row); a step over partitions: each one's",
+    "upload": "the output folder, copied to an output URL",
     "side_input_copy": "$TMPDIR/parallel_steps/side_inputs/: a copy of a side input named by a URL (in the worker)",
     "detached": "<run>/step.json, entry_callables.pkl, driver.log: a detached run's configuration and log",
 }
