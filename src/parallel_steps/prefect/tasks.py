@@ -45,7 +45,7 @@ from ..jobs import Follower, Launcher, RunHooks
 from ..summary import RunSummary
 from ..worker.shipping import EntryFunction, ship_functions
 from .artifacts import Progress, publish_summary
-from .assets import record_materialization
+from .assets import record_materialization, record_partitions
 from .blocks import RayCluster, use_cluster
 from .cache import STEP_REUSE
 from .parameters import StepSpec, config_from_parameters, step_config
@@ -53,17 +53,21 @@ from .parameters import StepSpec, config_from_parameters, step_config
 _POLL_S = 0.5  # the task thread's loop: progress relayed, step thread checked
 _CANCEL_POLL_S = 1.0  # how often the flow run's state is read from the API
 _STOP_GRACE_S = 60.0  # bounded wait for the step to stop after the task was interrupted
+_NAMED = 30  # failed partitions named in the task run's message; the summary has them all
 Logger = logging.LoggerAdapter[Any] | logging.Logger
 
 
 class ParallelRunFailed(StepFailed):
-    """The step ended Failed; the task run fails with its reason and where to look."""
+    """The step ended Failed; the task run fails with its reason, the partitions that failed (a step over
+    partitions) and where to look."""
 
     def __init__(self, summary: Mapping[str, Any]):
         super().__init__(summary)
+        failed = summary.get("partitions_failed") or []
+        named = f"; failed partitions: {', '.join(failed[:_NAMED])}{' ...' if len(failed) > _NAMED else ''}"
         self.args = (
-            f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')} "
-            f"(see {summary.get('job_result')})",
+            f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')}"
+            f"{named if failed else ''} (see {summary.get('job_result')})",
         )
 
 
@@ -244,9 +248,11 @@ class _TaskStep:
         return dict(summary)
 
     def failed(self, failed: StepFailed) -> State:
-        """A Canceled step ends the task run Cancelled (not a failure of the step); a Failed one raises."""
+        """A Canceled step ends the task run Cancelled (not a failure of the step); a Failed one raises, after
+        the materializations of its partitions that succeeded (a step over partitions writes their outputs)."""
         self.progress.finish(failed.summary)
         publish_summary(failed.summary)
+        record_partitions(self.launcher.config, failed.summary, self.logger)
         if failed.summary.get("status") == "Canceled":
             return Cancelled(message=str(ParallelRunFailed(failed.summary)))
         raise ParallelRunFailed(failed.summary) from None
