@@ -30,8 +30,22 @@ from ..config.secrets import public_config
 from ..jobs import Follower, RunHooks, run_status
 from ..report import report_markdown
 from ..report.text import end_line, progress_line
+from ..summary import RunStatus
 
 FAILED_ROWS_SHOWN = 100  # a table artifact is for reading, the full list is in the run's logs
+PARTITION_ROWS_SHOWN = 500  # the summary (the task's result, run.json) has every partition
+_PARTITION_COLUMNS = (
+    "status",
+    "mini_batches_total",
+    "mini_batches_failed",
+    "mini_batches_reused",
+    "mini_batches_run",
+    "items_total",
+    "items_failed",
+    "rows_written",
+    "output_file",
+    "status_reason",
+)
 _FAILED_COLUMNS = ("idx", "source", "items", "attempts", "error", "exit_code", "worker", "duration")
 _WARN_EVENTS = {"mini_batch_failed", "worker_replaced", "threshold_exceeded", "job_canceled"}
 
@@ -96,6 +110,8 @@ def publish_summary(summary: Mapping[str, Any]) -> None:
             description=_where(summary),
             _sync=True,
         )
+    if summary.get("partitions"):
+        _publish_partitions(name, summary["partitions"])
     failed = failed_mini_batches(summary["run_dir"])
     if failed:
         shown = failed[:FAILED_ROWS_SHOWN]
@@ -107,6 +123,20 @@ def publish_summary(summary: Mapping[str, Any]) -> None:
             f"tracebacks under {summary['run_dir']}/logs/user/error/",
             _sync=True,
         )
+
+
+def _publish_partitions(name: str, partitions: Mapping[str, Mapping[str, Any]]) -> None:
+    """A step over partitions: a table of its partitions, those that failed first (else in the step's order)."""
+    failed = [key for key, result in partitions.items() if result["status"] != RunStatus.SUCCEEDED]
+    keys = failed + [key for key, result in partitions.items() if result["status"] == RunStatus.SUCCEEDED]
+    shown = keys[:PARTITION_ROWS_SHOWN]
+    more = f" (first {len(shown)} of {len(keys)})" if len(keys) > len(shown) else ""
+    create_table_artifact(
+        [{"partition": key, **{column: partitions[key].get(column) for column in _PARTITION_COLUMNS}} for key in shown],
+        key=f"{name}-partitions",
+        description=f"Step {name}: {len(keys) - len(failed)} partitions succeeded, {len(failed)} failed{more}",
+        _sync=True,
+    )
 
 
 def _where(summary: Mapping[str, Any]) -> str:
