@@ -14,6 +14,7 @@ from prefect.client.schemas.filters import (
     TaskRunFilter,
     TaskRunFilterFlowRunId,
 )
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
 REPO = Path(__file__).resolve().parents[2]
 FLOWS = REPO / "flows"
@@ -53,6 +54,16 @@ def task_states(flow_run_id: UUID) -> dict[str, str]:
 
 def flow_run_id(state) -> UUID:
     return state.state_details.flow_run_id
+
+
+def events_of(resource: str, prefix: str = "prefect.asset.") -> list:
+    """The asset events the server has about one resource (an asset key), the latest first."""
+    with get_client(sync_client=True) as client:
+        page = client.read_events(
+            filter=EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource])),
+            limit=50,  # the server's maximum (the client's default is more)
+        )
+    return page.events
 
 
 def wait_for(predicate, timeout: float = 120, what: str = "a condition"):

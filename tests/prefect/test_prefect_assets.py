@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect.client.orchestration import get_client
-from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-from prefect_helpers import artifacts, flow_run_id, wait_for
+from prefect_helpers import artifacts, events_of, flow_run_id, wait_for
 
 from parallel_steps.prefect import parallel_run
 from prefect import flow
@@ -28,16 +26,6 @@ FAILING = """
 @flow
 def one_step(**fields):
     return parallel_run(**fields)
-
-
-def events_of(resource: str, prefix: str = "prefect.asset.") -> list:
-    """The asset events the server has about one resource (an asset key)."""
-    with get_client(sync_client=True) as client:
-        page = client.read_events(
-            filter=EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource])),
-            limit=50,  # the server's maximum (the client's default is more)
-        )
-    return page.events
 
 
 def test_a_succeeded_step_materializes_its_output_with_the_runs_facts(write_script, make_files, tmp_path):
