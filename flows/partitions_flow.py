@@ -73,7 +73,7 @@ def score_days(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Score a range of days as one task run, a materialization per day.")
     parser.add_argument("command", nargs="?", choices=["run", "serve"], default="run")
     parser.add_argument("--start", type=date.fromisoformat, help="the first day, e.g. 2026-01-01 (default: yesterday)")
     parser.add_argument("--end", type=date.fromisoformat, help="the last day, included (default: --start)")
