@@ -112,10 +112,13 @@ def parallel_run(
     Returns:
         The run summary (`status`, `status_reason`, `reused`, `output_file`, `mini_batches_total`, ...).
         On success the output folder is a Prefect asset this task run materialized (the run's facts as
-        its metadata), the inputs assets it read; a link artifact opens the run's report.
+        its metadata), the inputs assets it read; a link artifact opens the run's report. A step over
+        partitions (`partitions=`) materializes each partition that succeeded instead (`<output>/<key>`, its
+        facts), also when others failed.
 
     Raises:
-        ParallelRunFailed: the step ended Failed (a `StepFailed`; `.summary` is the run summary). A step
+        ParallelRunFailed: the step ended Failed (a `StepFailed`; `.summary` is the run summary; a step over
+            partitions names those that failed, after the others' materializations were sent). A step
             Canceled (by cancelling the flow run) ends the task run Cancelled instead.
         ConfigError, InputError: an invalid field, a function that cannot be shipped or an unreadable
             input, before any worker starts.
