@@ -11,8 +11,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect_helpers import flow_run_id, wait_for
 
-from parallel_steps.prefect import parallel_run
-from parallel_steps.prefect.tasks import WriteRefused
+from parallel_steps.prefect import WriteRefused, parallel_run
 from parallel_steps.store import space
 from prefect import flow
 

@@ -140,6 +140,8 @@ def parallel_run(
             Canceled (by cancelling the flow run) ends the task run Cancelled instead.
         ConfigError, InputError: an invalid field, a function that cannot be shipped or an unreadable
             input, before any worker starts.
+        WriteRefused: the disk refused a write before the step began (full, failing or read-only); the
+            message names the path, the cause and what to do, and a retry resumes the step.
 
     In an async flow, `await parallel_run_async(...)` does the same and, with `submit_to="ray_job"`,
     follows the job on the flow's event loop without holding a thread.
