@@ -24,6 +24,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..errors import StepFailed
+from ..report.lineage import locate
 from ..summary import RunSummary
 
 _PARTITION_KEY = re.compile(r"\{\{\s*(?:dag_run\.)?partition_key\s*\}\}")
@@ -79,7 +80,10 @@ def partition_events(summary: Mapping[str, Any]) -> tuple[list[str], dict[str, A
     """The keys of the partitions that succeeded, and each one's facts by key, for the events' extra."""
     partitions: Mapping[str, Mapping[str, Any]] = summary.get("partitions") or {}
     succeeded = [key for key in partitions if key not in set(summary.get("partitions_failed") or [])]
-    return succeeded, {key: {fact: partitions[key].get(fact) for fact in _FACTS} for key in succeeded}
+    facts = {key: {fact: partitions[key].get(fact) for fact in _FACTS} for key in succeeded}
+    for each in facts.values():  # a URI, as the run's own output_file in the extra (run_facts)
+        each["output_file"] = locate(each["output_file"]).uri if each["output_file"] else None
+    return succeeded, facts
 
 
 class PartitionsCheckOperator(BaseOperator):
