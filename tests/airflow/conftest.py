@@ -115,15 +115,17 @@ def run_dag(airflow_db, tmp_path):
 
 @pytest.fixture
 def dag_test(airflow_db, capfd):
-    """`dag_test(dag_id, conf, logical_date)` runs `dag.test()` of dags/<dag_id>.py in this process: what
-    `airflow dags test` runs, without importing Airflow again for every run (the command's own path is covered
-    by `run_dag`'s users: storage, lineage, Ray jobs). The run root is this test's (tests/conftest.py)."""
+    """`dag_test(dag_id, conf, logical_date, file)` runs `dag.test()` of dags/<dag_id>.py (or of `file`) in this
+    process: what `airflow dags test` runs, without importing Airflow again for every run (the command's own path
+    is covered by `run_dag`'s users: storage, lineage, Ray jobs). The run root is this test's (tests/conftest.py)."""
     import pendulum
     from airflow.dag_processing.dagbag import DagBag
     from airflow.utils.state import DagRunState
 
-    def run(dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None) -> DagRun:
-        bag = DagBag(str(DAGS / f"{dag_id}.py"))
+    def run(
+        dag_id: str, conf: dict[str, Any] | None = None, logical_date: str | None = None, file: Path | None = None
+    ) -> DagRun:
+        bag = DagBag(str(file or DAGS / f"{dag_id}.py"))
         assert not bag.import_errors, bag.import_errors
         capfd.readouterr()  # the task logs of this run only
         dag_run = bag.get_dag(dag_id).test(

@@ -230,6 +230,9 @@ def _environment(home: Path, port: int) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "1",  # the LocalExecutor starts this many workers at most
+        # A task's supervisor wakes this often to see whether the task's process has exited (default 5 s):
+        # the executor's slot stays taken until then, so back-to-back tasks waited up to 5 s each.
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in USERS.items()),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__API__HOST": "127.0.0.1",
