@@ -232,6 +232,28 @@ def test_one_task_over_30_days_emits_an_event_per_day_reruns_only_what_changed_a
     assert "reading-2.txt: a reading is not a number" in message
     assert "clearing score_days runs only what failed" in message
 
+    # 4. The day's readings fixed, clearing the task runs only its failed mini-batch, and every day is sent again.
+    (data / failing / "reading-2.txt").write_text("3 13\n")
+    cleared = airflow.client(USER).post(
+        f"/api/v2/dags/{BACKFILL}/clearTaskInstances",
+        json={
+            "dry_run": False,
+            "only_failed": False,
+            "dag_run_id": third,
+            "task_ids": ["score_days"],
+            "include_downstream": True,
+        },
+    )
+    assert cleared.status_code == 200, cleared.text
+    assert airflow.finished(USER, BACKFILL, third) == "success", airflow.components.logs()
+    resumed = xcom(airflow, BACKFILL, third, "score_days")
+    assert (resumed["status"], resumed["partitions_failed"]) == ("Succeeded", [])
+    assert {day: p["mini_batches_run"] for day, p in resumed["partitions"].items()} == {
+        day: int(day == failing) for day in DAYS
+    }
+    sent_twice = sorted(event["partition_key"] for event in events_of(airflow, BACKFILL, third))
+    assert sent_twice == sorted([*sent, *DAYS])  # the first try's 29, then all 30
+
 
 # Bad input: the task fails at once, in one line naming the field, and nothing runs ------------------------
 
