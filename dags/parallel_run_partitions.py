@@ -66,9 +66,10 @@ HOURLY_READINGS = EXAMPLE_DATA / "readings" / "hourly"  # <hour>/reading-0.txt .
 DAILY_READINGS = EXAMPLE_DATA / "readings" / "daily"  # <day>/reading-0.txt ...
 MODEL_LOADS = EXAMPLE_DATA / "model-loads"  # a file per init() (score_readings.py --model_loads)
 HOUR_KEY = "%Y-%m-%dT%H"  # the hourly partitions' keys and folders
-#: The outlets the operator declares: the folder above `{{ dag_run.partition_key }}`, and the output folder.
-HOURLY_SCORES = Asset(uri=(EXAMPLE_DATA / "lake" / "hourly-scores").as_uri())
-DAILY_SCORES = Asset(uri=(EXAMPLE_DATA / "lake" / "daily-scores").as_uri())
+HOURLY_OUTPUT = EXAMPLE_DATA / "lake" / "hourly-scores"  # <hour>/parallel_run_step.txt
+DAILY_OUTPUT = EXAMPLE_DATA / "lake" / "daily-scores"  # <day>/parallel_run_step.txt
+#: The outlets the operators declare: the folder above `{{ dag_run.partition_key }}`, and the output folder.
+HOURLY_SCORES, DAILY_SCORES = Asset(uri=HOURLY_OUTPUT.as_uri()), Asset(uri=DAILY_OUTPUT.as_uri())
 READINGS_PER_PARTITION = 3
 
 
@@ -77,10 +78,8 @@ def land(folder: Path, key: str) -> None:
     if folder.exists():
         return
     folder.mkdir(parents=True)
-    for index in range(READINGS_PER_PARTITION):
-        (folder / f"reading-{index}.txt").write_text(
-            f"{index + 1} {int(key[-2:])}\n"
-        )  # the hour, or the day of the month
+    for index in range(READINGS_PER_PARTITION):  # two readings: the file's number, the hour (or the day)
+        (folder / f"reading-{index}.txt").write_text(f"{index + 1} {int(key[-2:])}\n")
 
 
 def local_path(uri: str) -> Path:
@@ -108,7 +107,7 @@ with DAG(
         pre_execute=land_hour,
         entry_script=str(ENTRY_SCRIPT),
         inputs=f"{HOURLY_READINGS}/{{{{ dag_run.partition_key }}}}",
-        output=f"{local_path(HOURLY_SCORES.uri)}/{{{{ dag_run.partition_key }}}}",  # -> outlets=[HOURLY_SCORES]
+        output=f"{HOURLY_OUTPUT}/{{{{ dag_run.partition_key }}}}",  # -> outlets=[HOURLY_SCORES]
         mini_batch_size=2,
         process_count_per_node=1,
     )
@@ -174,7 +173,7 @@ with DAG(
         arguments=["--model_loads", str(MODEL_LOADS)],
         inputs=f"{DAILY_READINGS}/{{partition}}",
         partitions={"start": "{{ params.start }}", "end": "{{ params.end }}"},  # every day, both included
-        output=str(local_path(DAILY_SCORES.uri)),  # -> outlets=[DAILY_SCORES]; each day in <output>/<day>/
+        output=str(DAILY_OUTPUT),  # -> outlets=[DAILY_SCORES]; each day's output in <output>/<day>/
         mini_batch_size=2,
         process_count_per_node=2,
     )  # and, added by the operator: score_days >> score_days_partitions (fails naming the days that failed)

@@ -311,3 +311,17 @@ def test_an_empty_range_of_partitions_fails_at_once(dag_test, tmp_path):
     assert not (example_data / "lake").exists()
     assert not (example_data / "model-loads").exists()  # no worker started, no model loaded
     assert not (tmp_path / "runs" / "airflow").exists()  # no run directory
+
+
+def test_the_airflow_guide_shows_the_example_dags_as_they_are():
+    """docs/airflow.md "Partitions and backfills" shows dags/parallel_run_partitions.py whole, in two blocks."""
+    guide = (EXAMPLE.parents[1] / "docs" / "airflow.md").read_text()
+    section = guide[guide.index("## Partitions and backfills") : guide.index("### Backfills as one step")]
+    shown = [block.split("\n", 1)[1] for block in section.split("```")[1::2] if block.startswith("python\n")]
+    source = EXAMPLE.read_text()
+    code = source[source.index('"""', 3) + 3 :]  # without the module docstring
+
+    def lines(text: str) -> list[str]:  # without blank lines and the file's section rulers
+        return [line for line in text.splitlines() if line.strip() and not line.endswith("-----")]
+
+    assert lines("".join(shown)) == lines(code)
