@@ -169,8 +169,9 @@ def test_one_task_over_30_days_emits_an_event_per_day_reruns_only_what_changed_a
     assert list(partitions) == DAYS
     assert {day: p["mini_batches_total"] for day, p in partitions.items()} == dict.fromkeys(DAYS, 2)
     assert summary["mini_batches_total"] == 60
-    assert summary["workers_started"] in (1, 2)  # process_count_per_node=2
-    assert len(list(loads.iterdir())) == summary["workers_started"]  # not 30: one model load per worker
+    # One model load per worker (process_count_per_node=2), not one per day (a worker still starting when the
+    # other had run every mini-batch is stopped before its init() runs).
+    assert 1 <= len(list(loads.iterdir())) <= summary["workers_started"] <= 2
     assert summary["partitions_failed"] == []
 
     # The consumer ran once per day (an event's consumer runs must have started before the events endpoint
