@@ -2,15 +2,17 @@
 example DAGs of dags/parallel_run_partitions.py:
 
 - an hourly producer (`CronPartitionTimetable`, input and output templated by `{{ dag_run.partition_key }}`),
-  backfilled over one day through the REST API, and a daily rollup (`RollupMapper` of `StartOfDayMapper`,
-  `WaitForAll`) that runs once, when all 24 hours are in, and reads each hour's facts from its event;
+  run for each hour of one day (24 runs triggered with their partition key through the REST API), and a daily
+  rollup (`RollupMapper` of `StartOfDayMapper`, `WaitForAll`) that runs once, when all 24 hours are in, and
+  reads each hour's facts from its event;
 - one task over 30 daily partitions (`partitions=`, `PartitionedAtRuntime`): one init() per worker,
   mini-batches by size inside each partition, an asset event per partition with its own facts, read by a
   consumer that runs once per partition; then a rerun after one partition's input changed runs only that
-  partition's mini-batch, and a partition whose script fails lets the 29 others' events through while the
-  added check task fails naming it.
+  partition's mini-batch, a partition whose script fails lets the 29 others' events through while the
+  added check task fails naming it, and clearing the task once it is fixed runs only its failed mini-batch.
 
-And, through `dag.test()`, the bad inputs that fail the task at once, in one line, with nothing written.
+And, through `dag.test()`, the bad inputs that fail the task at once, in one line, with nothing written; and the
+Airflow guide's copy of the example DAGs.
 """
 
 from __future__ import annotations
