@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config.model import ParallelRunConfig
 from ..inputs.datasets import TabularDataset
+from ..inputs.step_partitions import PLACEHOLDER
 from ..storage.objects import GLOB_CHARS, is_url, list_url, open_input
 
 #: Schemes of object stores, whose dataset name is the object key (no leading slash).
@@ -64,16 +65,20 @@ def _adls_namespace(netloc: str) -> str:
 
 
 def input_locations(config: ParallelRunConfig) -> list[DataLocation]:
-    """Every path the step's inputs name (a glob names the folder it searches)."""
-    paths = [_without_glob(path) for dataset in config.inputs for path in dataset.path]
+    """Every path the step's inputs name (a glob, or the `{partition}` of a step over partitions, names the
+    folder it is in)."""
+    paths = [_place(path) for dataset in config.inputs for path in dataset.path]
     return [locate(path) for path in dict.fromkeys(paths)]
 
 
-def _without_glob(path: str) -> str:
-    """`data/*.csv` -> `data`: a glob is not a place; the folder it looks in is."""
-    if not GLOB_CHARS & set(path):
+def _place(path: str) -> str:
+    """`data/*.csv` -> `data`, `data/{partition}/` -> `data`: a glob or a partition is not a place; the folder
+    it looks in is."""
+    cuts = [path.index(c) for c in GLOB_CHARS if c in path] + [path.find(PLACEHOLDER)]
+    cuts = [cut for cut in cuts if cut >= 0]
+    if not cuts:
         return path
-    head = path[: min(path.index(c) for c in GLOB_CHARS if c in path)]
+    head = path[: min(cuts)]
     return (head.rsplit("/", 1)[0] or "/") if "/" in head else "."
 
 
@@ -148,7 +153,7 @@ def input_schemas(config: ParallelRunConfig) -> dict[str, list[tuple[str, str]]]
         if not isinstance(dataset, TabularDataset):
             continue
         for path in dataset.path:
-            schema = table_schema(_without_glob(path))
+            schema = table_schema(_place(path))
             if schema:
-                schemas[locate(_without_glob(path)).uri] = schema
+                schemas[locate(_place(path)).uri] = schema
     return schemas
