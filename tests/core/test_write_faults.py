@@ -134,6 +134,41 @@ def test_a_refused_write_ends_in_one_line_and_a_rerun_resumes(tmp_path, step, ca
     assert_every_row_once(output / "parallel_run_step.txt")
 
 
+PIPELINE = """
+type: pipeline
+inputs:
+  data: {type: uri_folder, path: data}
+jobs:
+  score:
+    type: parallel
+    inputs: {data: "${{parent.inputs.data}}"}
+    outputs: {scores: {type: uri_file}}
+    input_data: ${{inputs.data}}
+    mini_batch_size: "1"
+    task: {code: ., entry_script: score.py, append_row_to: "${{outputs.scores}}"}
+"""
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("nth", [1, 2], ids=["at-the-start", "after-its-job"])
+def test_a_refused_pipeline_record_ends_in_one_line_and_a_rerun_resumes(tmp_path, make_files, write_script, nth, fault):
+    """The `pipeline` site: a pipeline run's record, refused when the run starts or once its job has run."""
+    make_files(FILES)
+    write_script(SCRIPT)
+    (tmp_path / "pipeline.yml").write_text(PIPELINE)
+    run = ("run", "pipeline.yml", "--set", "process_count_per_node=1")
+    done = cli(*run, cwd=tmp_path, env={"PARALLEL_STEPS_FAULT": f"pipeline:{fault}:{nth}"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("parallel-steps:")]  # past the progress
+    cause = write_cause(OSError(getattr(errno, fault), ""))
+    assert re.match(rf"parallel-steps: {tmp_path}/runs/pipelines/pipeline/\S+/pipeline.json: {cause} \(", line), line
+
+    rerun = cli(*run, "--json", cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert_every_row_once(Path(json.loads(rerun.stdout)["jobs"]["score"]["outputs"]["scores"]))
+
+
 def ledger_whole(run_dir: Path) -> None:
     if not (run_dir / "ledger.sqlite").exists():
         return
@@ -168,9 +203,20 @@ def sites_called() -> set[str]:
     return found
 
 
+#: Sites refused by a test of their own, here or in another suite (`file::test`), as the matrix refuses the others.
+ELSEWHERE = {
+    "pipeline": "tests/core/test_write_faults.py::test_a_refused_pipeline_record_ends_in_one_line_and_a_rerun_resumes",
+    "ray_job": "tests/ray/test_ray_job.py::test_a_refused_ray_job_file_ends_in_one_line_and_a_rerun_resumes",
+}
+
+
 def test_every_write_site_has_a_case():
     assert sites_called() == set(WRITE_SITES)
-    assert {case.site for case in CASES.values()} == set(WRITE_SITES)
+    assert {case.site for case in CASES.values()} | set(ELSEWHERE) == set(WRITE_SITES)
+    for test in ELSEWHERE.values():  # each names a test that exists
+        file, name = test.split("::")
+        tree = ast.parse((ROOT / file).read_text())
+        assert name in {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}, test
     text = (ROOT / "docs" / "reliability.md").read_text()
     table = text.split("## Where a run writes", 1)[1].split("\n## ", 1)[0]
     assert [site for site in WRITE_SITES if f"\n| `{site}` |" not in table] == []

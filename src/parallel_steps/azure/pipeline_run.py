@@ -33,6 +33,7 @@ from ..run.checks import check_inputs, entry_script_path, script_path
 from ..run.plan import planner_for
 from ..storage import options as storage_options
 from ..store.runs import hold_driver_lock, new_run_id
+from ..store.space import write_site
 from .binding import PLACEHOLDER_ROOT, Bindings, bind, make_output_places
 from .command import CommandFailed, command_key, command_line, ignored_keys, keyed, run_command
 from .job import AZURE_NAMES, job_fields
@@ -433,6 +434,7 @@ def _read(folder: Path) -> dict[str, Any]:
 
 
 def _write(folder: Path, record: dict[str, Any]) -> None:
+    write_site("pipeline", folder / RECORD)
     tmp = folder / f".{RECORD}.tmp"
     tmp.write_text(json.dumps(record, indent=2, default=str))
     tmp.replace(folder / RECORD)

@@ -78,6 +78,7 @@ def hand_secrets(run_dir: Path, fields: dict[str, object]) -> None:
     """Leave the masked fields' values for a driver that cannot be given them in its environment (a Ray
     job): a file only this user can read (created so, never wider for a moment), read once and removed."""
     path = run_dir / SECRETS_FILE
+    write_site("ray_job", path)
     tmp = path.with_name(f".{SECRETS_FILE}.{os.getpid()}.tmp")
     descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as file:

@@ -239,6 +239,7 @@ def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
 
 def write_ray_job(run_dir: Path, address: str, job_id: str) -> None:
     """Name the Ray job that runs the run's driver (and the Jobs API address that knows it)."""
+    write_site("ray_job", Path(run_dir) / RAY_JOB_FILE)
     (Path(run_dir) / RAY_JOB_FILE).write_text(json.dumps(dict(address=address, submission_id=job_id)))
 
 

@@ -59,6 +59,8 @@ WRITE_SITES = {
     "upload": "the output folder, copied to an output URL",
     "side_input_copy": "$TMPDIR/parallel_steps/side_inputs/: a copy of a side input named by a URL (in the worker)",
     "detached": "<run>/step.json, entry_callables.pkl, driver.log: a detached run's configuration and log",
+    "ray_job": "<run>/driver_secrets.json, ray_job.json: what a Ray job's driver is handed, and the job's id",
+    "pipeline": "<pipeline run>/pipeline.json: a pipeline run's record (its jobs' states), at each change",
 }
 
 
