@@ -205,21 +205,22 @@ def test_a_cluster_python_without_the_dependencies_fails_the_run_in_one_line(clu
     assert not list((tmp_path / "started").iterdir())  # no worker ever ran
 
 
-@pytest.mark.parametrize("fault", ["ENOSPC", "EIO", "EROFS"])
-def test_a_refused_ray_job_file_ends_in_one_line_and_a_rerun_resumes(cluster, step, tmp_path, fault):
+def test_a_refused_ray_job_file_ends_in_one_line_and_a_rerun_resumes(cluster, step, tmp_path):
     """The `ray_job` write site (issue 47): the secrets handed to the job's driver, refused as a full, failing or
-    read-only disk would (the failpoint of store/space.py): one line naming the file, no job submitted, nothing
-    handed left behind; the rerun in the same run directory submits the job and ends with every row once."""
+    read-only disk would (the failpoint of store/space.py): each time one line naming the file, no job
+    submitted, nothing handed left behind; then the rerun in the same run directory (once: the refusals left
+    nothing) submits the job and ends with every row once."""
     (tmp_path / "gate").touch()
     ray_job = ["--set", "backend=ray", "--set", "submit_to=ray_job", "--set", f"ray_address={cluster['address']}"]
     run = ("run", str(step), *ray_job, "--run-dir", "runs/refused")
     run_dir = tmp_path / "runs" / "refused"
-    done = cli(step.parent, *run, env={**cluster["env"], "PARALLEL_STEPS_FAULT": f"ray_job:{fault}"})
-    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
-    assert "Traceback" not in done.stdout + done.stderr
-    [line] = [line for line in done.stderr.splitlines() if line.startswith("parallel-steps:")]
-    assert line.startswith(f"parallel-steps: {run_dir / 'driver_secrets.json'}: "), line
-    assert not (run_dir / "driver_secrets.json").exists()
+    for fault in ("ENOSPC", "EIO", "EROFS"):
+        done = cli(step.parent, *run, env={**cluster["env"], "PARALLEL_STEPS_FAULT": f"ray_job:{fault}"})
+        assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+        assert "Traceback" not in done.stdout + done.stderr
+        [line] = [line for line in done.stderr.splitlines() if line.startswith("parallel-steps:")]
+        assert line.startswith(f"parallel-steps: {run_dir / 'driver_secrets.json'}: "), line
+        assert not (run_dir / "driver_secrets.json").exists()
     submitted = [job for job in jobs_client(cluster).list_jobs() if (job.metadata or {}).get("parallel_steps_run_dir")]
     assert str(run_dir) not in [job.metadata["parallel_steps_run_dir"] for job in submitted]
 
