@@ -26,6 +26,7 @@ _EXPORTS = {
     "ConfigError": "parallel_steps.errors",
     "InputError": "parallel_steps.errors",
     "StepFailed": "parallel_steps.errors",
+    "WriteRefused": "parallel_steps.errors",
 }
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ParallelStepsError",
     "StepFailed",
     "TabularDataset",
+    "WriteRefused",
     "__version__",
     "load_job",
     "run_step",
@@ -53,7 +55,7 @@ _register_config_loader("parallel_steps.azure.sdk_objects:sdk_config")
 
 if TYPE_CHECKING:
     from .config.model import ParallelRunConfig, load_job
-    from .errors import ConfigError, InputError, ParallelStepsError, StepFailed
+    from .errors import ConfigError, InputError, ParallelStepsError, StepFailed, WriteRefused
     from .inputs.datasets import FileDataset, TabularDataset
     from .parallel_run_step import ParallelRunStep
     from .run.step import run_step

@@ -52,6 +52,12 @@ class StepFailed(ParallelStepsError):
         super().__init__(f"{summary.get('status')}: {summary.get('status_reason')}")
 
 
+class WriteRefused(ParallelStepsError):
+    """The disk refused a write before the run had a summary to end with (the run index, a lock, the run's first
+    files): the message is the one line naming the path, the cause and what to do (store/space.py); once that is
+    done, running the step again resumes it."""
+
+
 def first_line(exc: BaseException) -> str:
     """The one line a user sees for an error: the message, else the exception type."""
     text = str(exc).strip().splitlines()

@@ -23,13 +23,11 @@ from airflow.sdk.log import mask_secret
 
 from ..config import ALL, NAME_PATTERN, Allowed, ParallelRunConfig, allowed_fields, layered_config, trigger_overrides
 from ..config.secrets import public_config, resolved_environment
-from ..config.types import default_run_root
 from ..control import Cancel
-from ..errors import ConfigError, InputError, StepFailed
+from ..errors import ConfigError, InputError, StepFailed, WriteRefused
 from ..host import require_linux
 from ..jobs import Follower, Launcher, finished, run_status
 from ..report import key_figures
-from ..store.space import cannot_write, write_failed_line
 from . import assets
 from .hooks import RayClusterHook
 from .links import RunReportLink
@@ -254,10 +252,8 @@ class ParallelRunOperator(assets.StepLineage, BaseOperator):
             raise AirflowException(f"input problem: {exc}") from None
         except StepFailed as exc:
             raise AirflowException(self._failure(exc.summary, context)) from None
-        except Exception as exc:  # a write refused before the run had a summary (store/space.py); a retry resumes
-            if not cannot_write(exc):
-                raise
-            raise AirflowException(f"parallel step: {write_failed_line(exc, default_run_root())}") from None
+        except WriteRefused as exc:  # before the run had a summary; a retry resumes it
+            raise AirflowException(f"parallel step: {exc}") from None
 
     def _succeeded(self, summary: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
         """The task's result (XCom `return_value`) once the step succeeded, whichever way it ran (or, over

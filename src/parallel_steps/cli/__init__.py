@@ -17,9 +17,9 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-from ..errors import ParallelStepsError, first_line
+from ..errors import ParallelStepsError, WriteRefused, first_line
 from ..host import end_process, require_linux
-from ..store.space import cannot_write, write_failed_line
+from ..store.space import refusals_told
 from ..version import __version__
 
 
@@ -56,16 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     args.script_args = script_args
     try:
         require_linux()
-        code: int = args.command(args)
+        with refusals_told(default_run_root()):  # also where no run is launched: `runs` mends the index
+            code: int = args.command(args)
         return code
+    except WriteRefused as exc:
+        print(f"parallel-steps: {exc}", file=sys.stderr)
+        return 1
     except ParallelStepsError as exc:
         print(f"parallel-steps: {first_line(exc)}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a write the disk refused before the run had a summary to end with (store/space.py)
-        if not cannot_write(exc):
-            raise
-        print(f"parallel-steps: {write_failed_line(exc, default_run_root())}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("parallel-steps: interrupted", file=sys.stderr)
         return 1

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..run.checks import check_inputs
 from ..run.step import run_step
 from ..store.runs import new_run_id, read_ray_job, read_summary
+from ..store.space import refusals_told
 from ..summary import RunSummary
 from . import detached
 from .follow import Follower, RunHooks, when_set
@@ -91,6 +92,7 @@ class Launcher:
 
         Raises:
             ConfigError, InputError: before anything starts.
+            WriteRefused: the disk refused a write before the run had a summary.
             StepFailed: the run ended Failed or Canceled; `.summary` is its summary.
         """
         if not self.elsewhere:
@@ -121,6 +123,10 @@ class Launcher:
         here instead of failing in the background.
         """
         check_inputs(self.config, self.entry_callables)
+        with refusals_told(self.config.resolved_run_root()):
+            return self._start()
+
+    def _start(self) -> Path:
         given = Path(self.run_dir).absolute() if self.run_dir else None
         # A run directory given again is the same run (its Ray job is found by its id): keep the id it has.
         earlier = (read_summary(given) or {}).get("run_id") if given else None

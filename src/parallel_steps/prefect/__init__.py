@@ -3,11 +3,12 @@
 Install with `pip install "parallel-steps[prefect]"`. See docs/prefect.md.
 """
 
+from ..errors import WriteRefused
 from .azure_pipeline import flow_from_azure_pipeline
 from .blocks import RayCluster
 from .cache import STEP_REUSE, StepReuse
 from .parameters import step_config
-from .tasks import ParallelRunFailed, WriteRefused, parallel_run, parallel_run_async
+from .tasks import ParallelRunFailed, parallel_run, parallel_run_async
 
 __all__ = [
     "STEP_REUSE",

@@ -21,12 +21,11 @@ event loop; `parallel_run_async` awaits it on the flow's own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -39,12 +38,10 @@ from prefect.utilities.asyncutils import run_coro_as_sync
 
 from prefect import get_run_logger, task
 
-from ..config.types import default_run_root
 from ..control import Cancel
 from ..errors import ParallelStepsError, StepFailed
 from ..host import require_linux
 from ..jobs import Follower, Launcher, RunHooks
-from ..store.space import cannot_write, write_failed_line
 from ..summary import RunSummary
 from ..worker.shipping import EntryFunction, ship_functions
 from .artifacts import Progress, publish_summary
@@ -72,21 +69,6 @@ class ParallelRunFailed(StepFailed):
             f"step {summary.get('name')} {summary.get('status')}: {summary.get('status_reason')}"
             f"{named if failed else ''} (see {summary.get('job_result')})",
         )
-
-
-class WriteRefused(Exception):
-    """The disk refused a write before the step had a summary (the run index, a lock, the run's first files): the
-    one line naming the path, the cause and what to do; a retry of the task run resumes the step."""
-
-
-@contextlib.contextmanager
-def _refused_writes() -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        if not cannot_write(exc):
-            raise
-        raise WriteRefused(write_failed_line(exc, default_run_root())) from None
 
 
 def _task_run_name(parameters: dict[str, Any]) -> str:
@@ -154,8 +136,7 @@ def parallel_run(
     require_linux()
     step = _TaskStep.begin(parallel_run_config, fields, run, init, shutdown, ray_cluster)
     try:
-        with _refused_writes():
-            summary = run_coro_as_sync(step.follow()) if step.launcher.elsewhere else _run_watched(step)
+        summary = run_coro_as_sync(step.follow()) if step.launcher.elsewhere else _run_watched(step)
         return step.succeeded(summary)
     except StepFailed as failed:
         return step.failed(failed)
@@ -187,8 +168,7 @@ async def parallel_run_async(
     # What calls Prefect's API or reads the run's files runs in a worker thread, off the event loop.
     step = await asyncio.to_thread(_TaskStep.begin, parallel_run_config, fields, run, init, shutdown, ray_cluster)
     try:
-        with _refused_writes():
-            summary = await step.follow() if step.launcher.elsewhere else await asyncio.to_thread(_run_watched, step)
+        summary = await step.follow() if step.launcher.elsewhere else await asyncio.to_thread(_run_watched, step)
         return await asyncio.to_thread(step.succeeded, summary)
     except StepFailed as failed:
         return await asyncio.to_thread(step.failed, failed)

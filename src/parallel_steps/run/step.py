@@ -34,7 +34,7 @@ from ..report import upload_report, write_run_report
 from ..storage import options as storage_options
 from ..store.rundir import RunDirectory
 from ..store.runs import RunIndex, key_lock, write_summary
-from ..store.space import cannot_write, where_it_fits, write_cause, write_failed_line
+from ..store.space import cannot_write, refusals_told, where_it_fits, write_cause, write_failed_line
 from ..summary import Counters, RunStatus, RunSummary, summarize, timestamp
 from .checks import check_step
 from .delivery import Delivered, deliver
@@ -72,10 +72,11 @@ def run_step(
 
     Raises:
         ConfigError, InputError: before anything is written.
+        WriteRefused: the disk refused a write before the run had a summary (the run index, a lock, run.json).
         StepFailed: the run ended Failed or Canceled; `.summary` is the run summary.
     """
     require_linux()
-    with storage_options.using(storage_settings(config)):
+    with storage_options.using(storage_settings(config)), refusals_told(config.resolved_run_root()):
         return _StepRun(config, run_dir, run_id, on_progress, on_event, cancel, entry_callables).execute()
 
 

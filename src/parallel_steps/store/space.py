@@ -26,6 +26,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import WriteRefused
+
 _FREE = "free some space there"
 _WRITABLE = "make it writable, or choose another folder"
 #: What each refused write is, and what to do about it.
@@ -121,6 +123,18 @@ def write_failed_line(exc: BaseException, run_dir: Path) -> str:
 def write_cause(exc: BaseException) -> str:
     """Why the disk refused the write, in words (`no space left on the device`, `a read-only file system`)."""
     return _CAUSES[_errno_of(exc) or errno.ENOSPC][0]
+
+
+@contextlib.contextmanager
+def refusals_told(run_root: Path) -> Iterator[None]:
+    """A write the disk refuses in the block, raised as `WriteRefused` whose message is its one line: what every
+    front end shows of a refusal that came before the run had a summary (a later one ends the run Failed)."""
+    try:
+        yield
+    except Exception as exc:
+        if not cannot_write(exc):
+            raise
+        raise WriteRefused(write_failed_line(exc, run_root)) from None
 
 
 @contextlib.contextmanager
