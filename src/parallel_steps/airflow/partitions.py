@@ -79,7 +79,8 @@ def unless_partly_failed(run: Callable[[], RunSummary], log: Logger, task_id: st
 def partition_events(summary: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """The keys of the partitions that succeeded, and each one's facts by key, for the events' extra."""
     partitions: Mapping[str, Mapping[str, Any]] = summary.get("partitions") or {}
-    succeeded = [key for key in partitions if key not in set(summary.get("partitions_failed") or [])]
+    failed = set(summary.get("partitions_failed") or [])
+    succeeded = [key for key in partitions if key not in failed]
     facts = {key: {fact: partitions[key].get(fact) for fact in _FACTS} for key in succeeded}
     for each in facts.values():  # a URI, as the run's own output_file in the extra (run_facts)
         each["output_file"] = locate(each["output_file"]).uri if each["output_file"] else None

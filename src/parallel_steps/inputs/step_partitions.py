@@ -87,10 +87,6 @@ def check_spec(spec: Partitions) -> Partitions:
     return spec
 
 
-def names_partition(dataset: Dataset) -> bool:
-    return any(PLACEHOLDER in path for path in dataset.path)
-
-
 def resolve(spec: Partitions, inputs: Sequence[Dataset]) -> list[str]:
     """The keys `spec` names: a range's, a list's, each glob replaced by the folders it matches where the
     first input path has `{partition}` (sorted). Raises ConfigError naming `partitions`."""

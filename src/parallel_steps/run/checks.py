@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..config.model import ParallelRunConfig
 from ..errors import ConfigError, InputError
-from ..inputs.datasets import Dataset
 from ..inputs.planner import iter_files
 from ..storage.objects import GLOB_CHARS, is_url
 
@@ -40,7 +39,7 @@ def check_step(config: ParallelRunConfig, entry_callables: bytes | None = None) 
         raise ConfigError("inputs", "no inputs given", "use --input PATH, or inputs: in the step file")
     if config.source_directory and not Path(config.source_directory).is_dir():
         raise ConfigError("source_directory", f"{config.source_directory} is not a folder")
-    for dataset in _inputs(config):
+    for dataset in config.plan_settings().inputs:  # for a step over partitions, each partition's
         for path in dataset.path:
             if not (is_url(path) or GLOB_CHARS & set(path) or os.path.lexists(path)):
                 raise InputError(path, "no such file or folder")
@@ -48,11 +47,6 @@ def check_step(config: ParallelRunConfig, entry_callables: bytes | None = None) 
     side_inputs = _data_paths(config.side_inputs, "side input")
     models = _data_paths(config.models, "model")
     return Checked(script, side_inputs, models, _substitute(config.arguments, config.side_inputs, side_inputs))
-
-
-def _inputs(config: ParallelRunConfig) -> list[Dataset]:
-    """The step's inputs; for a step over partitions, each partition's."""
-    return config.plan_settings().inputs if config.partitions else config.inputs
 
 
 def _data_paths(entries: dict[str, str], kind: str) -> dict[str, str]:
@@ -68,7 +62,7 @@ def _data_paths(entries: dict[str, str], kind: str) -> dict[str, str]:
 def check_inputs(config: ParallelRunConfig, entry_callables: bytes | None = None) -> None:
     """`check_step`, and the first file of every local input found (before a run goes to the background)."""
     check_step(config, entry_callables)
-    for dataset in _inputs(config):
+    for dataset in config.plan_settings().inputs:  # for a step over partitions, each partition's
         for path in dataset.path:
             if not is_url(path):
                 next(iter_files([path]))
