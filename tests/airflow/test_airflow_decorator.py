@@ -107,3 +107,45 @@ def test_a_callable_that_cannot_be_pickled_is_named():
 
     with pytest.raises(ConfigError, match=r"^run: cannot be shipped to the workers with cloudpickle"):
         dumps_callables({"init": None, "run": run, "shutdown": None})
+
+
+def test_a_decorated_step_over_partitions_records_an_event_per_partition_and_adds_its_check(tmp_path, context):
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    for day in ("2026-01-01", "2026-01-02", "2026-01-03"):
+        (tmp_path / "data" / day).mkdir(parents=True)
+        for name in ("a.txt", "b.txt"):
+            (tmp_path / "data" / day / name).write_text(f"{day}/{name}\n")
+    (tmp_path / "data" / "2026-01-02" / "bad.txt").write_text("unreadable\n")
+    with DAG("decorated_partitions", schedule=None) as dag:
+
+        @task.parallel_run(
+            inputs=f"{tmp_path}/data/{{partition}}",
+            partitions=["2026-01-*"],
+            output=str(tmp_path / "out"),
+            mini_batch_size=1,
+            process_count_per_node=1,
+            run_max_try=1,
+        )
+        def score(mini_batch):
+            if any(path.endswith("bad.txt") for path in mini_batch):
+                raise ValueError("cannot score")
+            return [Path(path).read_text().strip() for path in mini_batch]
+
+        op = operator_of(score())
+    assert dag.get_task("score_partitions").upstream_task_ids == {"score"}
+
+    events = OutletEventAccessors()
+    summary = op.execute({**context(task_id="score"), "outlet_events": events})
+
+    assert summary["partitions_failed"] == ["2026-01-02"]  # the task itself succeeds: the others' events go out
+    [outlet] = op.outlets
+    assert outlet.uri == (tmp_path / "out").as_uri()
+    assert events[outlet].partition_keys == {"2026-01-01", "2026-01-03"}
+    facts = events[outlet].extra["partitions"]
+    assert sorted(facts) == ["2026-01-01", "2026-01-03"]
+    assert facts["2026-01-03"]["rows_written"] == 2
+    assert (tmp_path / "out" / "2026-01-03" / "parallel_run_step.txt").read_text().split() == [
+        "2026-01-03/a.txt",
+        "2026-01-03/b.txt",
+    ]
